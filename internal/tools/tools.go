@@ -2,15 +2,16 @@
 
 // Package tools pins dependencies used only by tests and tools.
 package tools
+
 import (
- _ "k8s.io/client-go/kubernetes"
- _ "k8s.io/client-go/tools/leaderelection"
- _ "k8s.io/client-go/tools/cache"
- _ "k8s.io/api/coordination/v1"
- _ "k8s.io/apimachinery/pkg/api/errors"
- _ "k8s.io/utils/clock"
- _ "github.com/prometheus/client_golang/prometheus"
- _ "sigs.k8s.io/controller-runtime/pkg/envtest"
- _ "k8s.io/klog/v2"
- _ "github.com/go-logr/logr"
+	_ "github.com/go-logr/logr"
+	_ "github.com/prometheus/client_golang/prometheus"
+	_ "k8s.io/api/coordination/v1"
+	_ "k8s.io/apimachinery/pkg/api/errors"
+	_ "k8s.io/client-go/kubernetes"
+	_ "k8s.io/client-go/tools/cache"
+	_ "k8s.io/client-go/tools/leaderelection"
+	_ "k8s.io/klog/v2"
+	_ "k8s.io/utils/clock"
+	_ "sigs.k8s.io/controller-runtime/pkg/envtest"
 )

@@ -1,0 +1,244 @@
+// Package sidecar wires the elector-sidecar binary: one Config parsed from
+// flags and ELECTOR_* environment variables, a Validate step, and Run.
+package sidecar
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+)
+
+// ServiceAccountNamespaceFile is where a pod finds its namespace.
+const ServiceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// Config is the whole configuration of the binary.
+type Config struct {
+	LeaseName       string
+	LeaseNamespace  string
+	Identity        string
+	LeaseDuration   time.Duration
+	RenewDeadline   time.Duration
+	RetryPeriod     time.Duration
+	ClockSkewMargin time.Duration
+	HTTPAddress     string
+	MetricsAddress  string
+	Kubeconfig      string
+	LogFormat       string
+	LogLevel        string
+	ShowVersion     bool
+}
+
+// Env abstracts the process environment for tests.
+type Env struct {
+	Getenv   func(string) string
+	ReadFile func(string) ([]byte, error)
+	Hostname func() (string, error)
+}
+
+// OSEnv is the real environment.
+var OSEnv = Env{Getenv: os.Getenv, ReadFile: os.ReadFile, Hostname: os.Hostname}
+
+// UsageError is a bad flag or value: the binary exits 2 with its message.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// flagSpec ties a flag to its environment variable.
+type flagSpec struct {
+	name, env string
+}
+
+// Flags lists every flag with its environment variable, for docs and tests.
+var Flags = []flagSpec{
+	{"lease-name", "ELECTOR_LEASE_NAME"},
+	{"lease-namespace", "ELECTOR_LEASE_NAMESPACE"},
+	{"identity", "ELECTOR_IDENTITY"},
+	{"lease-duration", "ELECTOR_LEASE_DURATION"},
+	{"renew-deadline", "ELECTOR_RENEW_DEADLINE"},
+	{"retry-period", "ELECTOR_RETRY_PERIOD"},
+	{"clock-skew-margin", "ELECTOR_CLOCK_SKEW_MARGIN"},
+	{"http-address", "ELECTOR_HTTP_ADDRESS"},
+	{"metrics-address", "ELECTOR_METRICS_ADDRESS"},
+	{"kubeconfig", "ELECTOR_KUBECONFIG"},
+	{"log-format", "ELECTOR_LOG_FORMAT"},
+	{"log-level", "ELECTOR_LOG_LEVEL"},
+}
+
+// Parse reads flags (args without the program name) over ELECTOR_* env
+// vars over defaults, fills derived defaults, and validates. Errors are
+// *UsageError with one line naming the flag; flag.ErrHelp for -h.
+func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet("elector-sidecar", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.StringVar(&c.LeaseName, "lease-name", "", "name of the coordination.k8s.io/v1 Lease to elect on (required)")
+	fs.StringVar(&c.LeaseNamespace, "lease-namespace", "", "namespace of the Lease (default: $POD_NAMESPACE, then the service account's namespace, then \"default\")")
+	fs.StringVar(&c.Identity, "identity", "", "this candidate's identity, written as the Lease holder (default: $POD_NAME, then the hostname)")
+	fs.DurationVar(&c.LeaseDuration, "lease-duration", election.DefaultLeaseDuration, "how long followers wait after the last observed renewal before taking over")
+	fs.DurationVar(&c.RenewDeadline, "renew-deadline", election.DefaultRenewDeadline, "how long the leader retries renewing before it gives up its term")
+	fs.DurationVar(&c.RetryPeriod, "retry-period", election.DefaultRetryPeriod, "renew interval of the leader and back-off after failed requests")
+	fs.DurationVar(&c.ClockSkewMargin, "clock-skew-margin", election.DefaultClockSkewMargin, "the token stops this long before other candidates could take over")
+	fs.StringVar(&c.HTTPAddress, "http-address", "127.0.0.1:4040", "address of the local API (/leader, /token, /release, /healthz, /readyz, /metrics)")
+	fs.StringVar(&c.MetricsAddress, "metrics-address", "", "optional second address that serves only /metrics (e.g. :9090)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster config)")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
+
+	// Environment first, so that flags given on the command line win.
+	for _, f := range Flags {
+		if v, ok := lookup(env, f.env); ok {
+			if err := fs.Set(f.name, v); err != nil {
+				return nil, &UsageError{fmt.Errorf("invalid value %q for %s (--%s): %v", v, f.env, f.name, unwrapFlagErr(err))}
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &UsageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, &UsageError{fmt.Errorf("unexpected argument %q: all settings are --flags", fs.Arg(0))}
+	}
+	if c.ShowVersion {
+		return c, nil
+	}
+	c.fillDefaults(env)
+	if err := c.Validate(); err != nil {
+		return nil, &UsageError{err}
+	}
+	return c, nil
+}
+
+func lookup(env Env, key string) (string, bool) {
+	v := env.Getenv(key)
+	return v, v != ""
+}
+
+func unwrapFlagErr(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+func (c *Config) fillDefaults(env Env) {
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = env.Getenv("POD_NAMESPACE")
+	}
+	if c.LeaseNamespace == "" && env.ReadFile != nil {
+		if b, err := env.ReadFile(ServiceAccountNamespaceFile); err == nil {
+			c.LeaseNamespace = strings.TrimSpace(string(b))
+		}
+	}
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = "default"
+	}
+	if c.Identity == "" {
+		c.Identity = env.Getenv("POD_NAME")
+	}
+	if c.Identity == "" && env.Hostname != nil {
+		if h, err := env.Hostname(); err == nil {
+			c.Identity = h
+		}
+	}
+	if c.Kubeconfig == "" {
+		c.Kubeconfig = env.Getenv("KUBECONFIG")
+	}
+}
+
+// Validate returns the first problem as one line naming the flag.
+func (c *Config) Validate() error {
+	switch {
+	case c.LeaseName == "":
+		return errors.New("--lease-name is required (or ELECTOR_LEASE_NAME)")
+	case c.Identity == "":
+		return errors.New("--identity is empty and neither POD_NAME nor the hostname is available")
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("--log-format %q: must be text or json", c.LogFormat)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if err := checkAddress("--http-address", c.HTTPAddress, false); err != nil {
+		return err
+	}
+	if err := checkAddress("--metrics-address", c.MetricsAddress, true); err != nil {
+		return err
+	}
+	if c.MetricsAddress != "" && c.MetricsAddress == c.HTTPAddress {
+		return fmt.Errorf("--metrics-address %q: must differ from --http-address", c.MetricsAddress)
+	}
+	ec := c.ElectionConfig()
+	ec.Client = nil
+	if err := ec.Validate(); err != nil {
+		return flagError(err)
+	}
+	return nil
+}
+
+// flagError maps the election package's first field error to its flag.
+func flagError(err error) error {
+	first := err.Error()
+	if i := strings.IndexByte(first, '\n'); i >= 0 {
+		first = first[:i]
+	}
+	for _, m := range []struct{ prefix, flag string }{
+		{"lease name", "--lease-name"},
+		{"lease namespace", "--lease-namespace"},
+		{"identity", "--identity"},
+		{"lease duration", "--lease-duration"},
+		{"renew deadline", "--renew-deadline"},
+		{"retry period", "--retry-period"},
+		{"clock skew margin", "--clock-skew-margin"},
+	} {
+		if strings.HasPrefix(first, m.prefix) {
+			return errors.New(m.flag + strings.TrimPrefix(first, m.prefix))
+		}
+	}
+	return errors.New(first)
+}
+
+func checkAddress(flagName, addr string, optional bool) error {
+	if addr == "" {
+		if optional {
+			return nil
+		}
+		return fmt.Errorf("%s: must not be empty", flagName)
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: want host:port (e.g. 127.0.0.1:4040)", flagName, addr)
+	}
+	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		return fmt.Errorf("%s %q: host must be an IP address or localhost", flagName, addr)
+	}
+	if p, err := net.LookupPort("tcp", port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("%s %q: invalid port", flagName, addr)
+	}
+	return nil
+}
+
+// ElectionConfig maps the binary's config onto the election's (no client).
+func (c *Config) ElectionConfig() election.Config {
+	return election.Config{
+		Namespace:       c.LeaseNamespace,
+		Name:            c.LeaseName,
+		Identity:        c.Identity,
+		LeaseDuration:   c.LeaseDuration,
+		RenewDeadline:   c.RenewDeadline,
+		RetryPeriod:     c.RetryPeriod,
+		ClockSkewMargin: c.ClockSkewMargin,
+	}
+}

@@ -1,0 +1,148 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/pkg/version"
+)
+
+// shutdownTimeout bounds the HTTP servers' graceful stop after the release.
+const shutdownTimeout = 400 * time.Millisecond
+
+// NewLogger returns the process logger and routes client-go's klog into it.
+func NewLogger(c *Config, w *os.File) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if c.LogFormat == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	l := slog.New(h)
+	klog.SetLogger(logr.FromSlogHandler(h.WithAttrs([]slog.Attr{slog.String("logger", "client-go")})))
+	return l
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil || !map[string]bool{"debug": true, "info": true, "warn": true, "error": true}[strings.ToLower(s)] {
+		return 0, fmt.Errorf("--log-level %q: must be debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// RestConfig loads the kubeconfig file, or the in-cluster config without one.
+func RestConfig(kubeconfig string) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading kubernetes client config: %w", err)
+	}
+	cfg.UserAgent = "elector-sidecar/" + version.Version
+	// Lease writes are tiny and rare; a leader must never queue behind a
+	// client-side rate limiter.
+	cfg.QPS, cfg.Burst = 50, 100
+	return cfg, nil
+}
+
+// Run starts the election and the local API and blocks until ctx is done,
+// then releases the Lease and stops. Listener errors are returned wrapped.
+func Run(ctx context.Context, c *Config, log *slog.Logger) error {
+	restCfg, err := RestConfig(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating kubernetes client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ec := c.ElectionConfig()
+	ec.Client = client
+	ec.Logger = log
+	ec.Registerer = reg
+	el, err := election.New(ec)
+	if err != nil {
+		return err
+	}
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+
+	// Bind before campaigning: a port clash is a startup failure, not a
+	// leader that nobody can ask.
+	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, localapi.NewHandler(el, metrics))}
+	if c.MetricsAddress != "" {
+		servers = append(servers, localapi.NewServer(c.MetricsAddress, localapi.MetricsOnly(metrics)))
+	}
+	listeners := make([]net.Listener, 0, len(servers))
+	for _, s := range servers {
+		ln, err := net.Listen("tcp", s.Addr)
+		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return fmt.Errorf("listening on %s: %w", s.Addr, err)
+		}
+		listeners = append(listeners, ln)
+	}
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cancel(fmt.Errorf("serving %s: %w", s.Addr, err))
+			}
+		}()
+	}
+	log.Info("starting", "version", version.Version, "lease", ec.LeaseKey(), "identity", c.Identity,
+		"httpAddress", listeners[0].Addr().String(), "leaseDuration", c.LeaseDuration,
+		"renewDeadline", c.RenewDeadline, "retryPeriod", c.RetryPeriod)
+
+	// The elector releases the Lease when runCtx ends, before Run returns;
+	// the servers keep answering (with no token) until then.
+	runErr := el.Run(runCtx)
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer scancel()
+	for _, s := range servers {
+		_ = s.Shutdown(sctx)
+	}
+	wg.Wait()
+	if runErr != nil {
+		return runErr
+	}
+	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	log.Info("stopped")
+	return nil
+}
