@@ -1,0 +1,80 @@
+package framework
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Packages of the binaries the harness runs, relative to the repository root.
+const (
+	SidecarPackage   = "./cmd/elector-sidecar"
+	DemoPackage      = "./cmd/elector-demo"
+	CandidatePackage = "./test/framework/clientgo-candidate"
+)
+
+var (
+	buildMu    sync.Mutex
+	buildDir   string
+	builtPaths = map[string]string{}
+)
+
+// BuildBinaries builds each package (a path relative to the repository root,
+// e.g. SidecarPackage) once per process into a temporary directory and returns
+// package -> binary path. Later calls reuse earlier builds. CleanupBinaries
+// removes the directory.
+func BuildBinaries(pkgs ...string) (map[string]string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "elector-bins-")
+		if err != nil {
+			return nil, fmt.Errorf("build: %w", err)
+		}
+		buildDir = d
+	}
+	out := map[string]string{}
+	for _, pkg := range pkgs {
+		if p, ok := builtPaths[pkg]; ok {
+			out[pkg] = p
+			continue
+		}
+		bin := filepath.Join(buildDir, path.Base(pkg))
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, strings.TrimSpace(string(b)))
+		}
+		builtPaths[pkg] = bin
+		out[pkg] = bin
+	}
+	return out, nil
+}
+
+// BuildBinary builds one package (see BuildBinaries) and returns its path.
+func BuildBinary(pkg string) (string, error) {
+	m, err := BuildBinaries(pkg)
+	if err != nil {
+		return "", err
+	}
+	return m[pkg], nil
+}
+
+// CleanupBinaries removes the binaries built by BuildBinaries.
+func CleanupBinaries() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	buildDir = ""
+	builtPaths = map[string]string{}
+}

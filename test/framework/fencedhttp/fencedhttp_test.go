@@ -1,0 +1,145 @@
+package fencedhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
+)
+
+func TestClientServerSequence(t *testing.T) {
+	srv := NewServer(nil)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	c := NewClient(ts.URL, "tester")
+	ctx := context.Background()
+
+	steps := []struct {
+		token     int64
+		value     string
+		wantStale bool
+		wantValue string
+		wantHigh  int64
+	}{
+		{token: 1, value: "a", wantValue: "a", wantHigh: 1},
+		{token: 1, value: "b", wantValue: "b", wantHigh: 1},
+		{token: 4, value: "c", wantValue: "c", wantHigh: 4},
+		{token: 3, value: "stale", wantStale: true, wantValue: "c", wantHigh: 4},
+		{token: 4, value: "d", wantValue: "d", wantHigh: 4},
+	}
+	for i, s := range steps {
+		err := c.Write(ctx, s.token, []byte(s.value))
+		if s.wantStale {
+			var ste *fencing.StaleTokenError
+			if !errors.Is(err, fencing.ErrStaleToken) || !errors.As(err, &ste) || ste.Highest != s.wantHigh || ste.Token != s.token {
+				t.Fatalf("step %d: Write(%d) = %v, want stale with highest %d", i, s.token, err, s.wantHigh)
+			}
+		} else if err != nil {
+			t.Fatalf("step %d: Write(%d) = %v", i, s.token, err)
+		}
+		h, v, err := c.Read(ctx)
+		if err != nil || h != s.wantHigh || string(v) != s.wantValue {
+			t.Fatalf("step %d: Read = %d %q %v, want %d %q", i, h, v, err, s.wantHigh, s.wantValue)
+		}
+	}
+	ws := srv.Writes()
+	if len(ws) != len(steps) {
+		t.Fatalf("log has %d writes, want %d", len(ws), len(steps))
+	}
+	var seqs []int64
+	for _, w := range ws {
+		if w.Writer != "tester" {
+			t.Fatalf("writer %q, want tester", w.Writer)
+		}
+		if w.Accepted {
+			seqs = append(seqs, w.Seq)
+		} else if w.Seq != 0 || !w.Stale {
+			t.Fatalf("rejected write %+v: want Seq 0 and Stale", w)
+		}
+	}
+	for i, s := range seqs {
+		if s != int64(i+1) {
+			t.Fatalf("accepted seqs %v, want 1..n", seqs)
+		}
+	}
+}
+
+func TestServerErrors(t *testing.T) {
+	ts := httptest.NewServer(NewServer(nil))
+	defer ts.Close()
+	tests := []struct {
+		name, method, path, token string
+		want                      int
+	}{
+		{"missing token", http.MethodPut, "/value", "", http.StatusBadRequest},
+		{"bad token", http.MethodPut, "/value", "x1", http.StatusBadRequest},
+		{"negative token", http.MethodPut, "/value", "-3", http.StatusBadRequest},
+		{"wrong method", http.MethodPost, "/value", "1", http.StatusMethodNotAllowed},
+		{"unknown path", http.MethodGet, "/nope", "", http.StatusNotFound},
+		{"read empty", http.MethodGet, "/value", "", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, ts.URL+tt.path, strings.NewReader("v"))
+			if tt.token != "" {
+				req.Header.Set(TokenHeader, tt.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.want)
+			}
+		})
+	}
+}
+
+// TestConcurrentWritersCommitOrder: accepted writes, in commit order, never
+// go down in token, and the final value belongs to the highest token.
+func TestConcurrentWritersCommitOrder(t *testing.T) {
+	srv := NewServer(nil)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	var wg sync.WaitGroup
+	for tok := int64(1); tok <= 5; tok++ {
+		wg.Add(1)
+		go func(tok int64) {
+			defer wg.Done()
+			c := NewClient(ts.URL, "w")
+			for i := 0; i < 40; i++ {
+				if err := c.Write(context.Background(), tok, []byte{byte('0' + tok)}); err != nil && !errors.Is(err, fencing.ErrStaleToken) {
+					t.Errorf("token %d: %v", tok, err)
+					return
+				}
+			}
+		}(tok)
+	}
+	wg.Wait()
+	accepted := map[int64]int64{}
+	for _, w := range srv.Writes() {
+		if w.Accepted {
+			accepted[w.Seq] = w.Token
+		}
+	}
+	var prev int64
+	for seq := int64(1); seq <= int64(len(accepted)); seq++ {
+		tok, ok := accepted[seq]
+		if !ok {
+			t.Fatalf("missing seq %d", seq)
+		}
+		if tok < prev {
+			t.Fatalf("seq %d token %d after token %d", seq, tok, prev)
+		}
+		prev = tok
+	}
+	if h, v, _ := srv.Read(context.Background()); h != 5 || string(v) != "5" {
+		t.Fatalf("final %d %q, want 5 \"5\"", h, v)
+	}
+}

@@ -1,0 +1,296 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Sample is one GET /token call made by a Sampler.
+type Sample struct {
+	Target string // candidate instance (identity#n)
+	TokenResult
+}
+
+// Term is a run of consecutive valid (200) samples from one target with the
+// same token: the target claimed to lead with Token at least over
+// [FirstRecv, LastSent] and at most over [FirstSent, LastRecv].
+type Term struct {
+	Target    string
+	Token     int64
+	Count     int
+	FirstSent time.Time
+	FirstRecv time.Time
+	LastSent  time.Time
+	LastRecv  time.Time
+}
+
+// Window is the widest interval the term may have covered: [FirstSent, LastRecv].
+func (t Term) Window() (time.Time, time.Time) { return t.FirstSent, t.LastRecv }
+
+// Sampler polls GET /token of every target concurrently (one goroutine and one
+// connection per target) and records each call with the sampler's monotonic
+// timestamps, so claims from different processes can be compared on one clock.
+type Sampler struct {
+	// Interval between two calls to the same target (default 20ms).
+	Interval time.Duration
+	Start    time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	targets map[string]context.CancelFunc
+	samples []Sample
+	stopped bool
+}
+
+// NewSampler returns a running sampler with no targets.
+func NewSampler(interval time.Duration) *Sampler {
+	if interval <= 0 {
+		interval = 20 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Sampler{Interval: interval, Start: time.Now(), ctx: ctx, cancel: cancel, targets: map[string]context.CancelFunc{}}
+}
+
+// Add starts sampling a target (name must be unique: use Candidate.Instance).
+// The sampler uses its own client, so its calls never queue behind others.
+func (s *Sampler) Add(name, baseURL string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.targets[name] != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.targets[name] = cancel
+	client := NewAPIClient(baseURL)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer client.Close()
+		for ctx.Err() == nil {
+			r := client.Token(ctx)
+			if ctx.Err() != nil && r.Err != nil {
+				return // cancelled mid-call: not a sample
+			}
+			s.mu.Lock()
+			s.samples = append(s.samples, Sample{Target: name, TokenResult: r})
+			s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.Interval):
+			}
+		}
+	}()
+}
+
+// AddCandidate samples c until it exits (or Remove / Stop).
+func (s *Sampler) AddCandidate(c *Candidate) {
+	s.Add(c.Instance, c.URL)
+	go func() {
+		select {
+		case <-c.Done():
+			// let a call that was in flight when the process died finish
+			time.Sleep(50 * time.Millisecond)
+			s.Remove(c.Instance)
+		case <-s.ctx.Done():
+		}
+	}()
+}
+
+// Remove stops sampling a target; its samples are kept.
+func (s *Sampler) Remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cancel := s.targets[name]; cancel != nil {
+		cancel()
+		delete(s.targets, name)
+	}
+}
+
+// Stop stops all sampling and waits for the goroutines.
+func (s *Sampler) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// Samples returns a copy of all samples so far, in the order they completed.
+func (s *Sampler) Samples() []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Sample(nil), s.samples...)
+}
+
+// SamplesOf returns the samples of one target.
+func (s *Sampler) SamplesOf(target string) []Sample {
+	var out []Sample
+	for _, x := range s.Samples() {
+		if x.Target == target {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Rel formats t as milliseconds since the sampler started.
+func (s *Sampler) Rel(t time.Time) string {
+	return fmt.Sprintf("+%dms", t.Sub(s.Start).Milliseconds())
+}
+
+// Terms groups the samples into terms, ordered by FirstSent.
+func (s *Sampler) Terms() []Term { return TermsOf(s.Samples()) }
+
+// TermsOf groups samples into terms (see Term), ordered by FirstSent.
+func TermsOf(samples []Sample) []Term {
+	byTarget := map[string][]Sample{}
+	for _, x := range samples {
+		byTarget[x.Target] = append(byTarget[x.Target], x)
+	}
+	var terms []Term
+	for target, xs := range byTarget {
+		sort.SliceStable(xs, func(i, j int) bool { return xs[i].Sent.Before(xs[j].Sent) })
+		var cur *Term
+		for _, x := range xs {
+			if !x.Valid() {
+				if cur != nil {
+					terms = append(terms, *cur)
+					cur = nil
+				}
+				continue
+			}
+			if cur != nil && cur.Token != x.Token {
+				terms = append(terms, *cur)
+				cur = nil
+			}
+			if cur == nil {
+				cur = &Term{Target: target, Token: x.Token, FirstSent: x.Sent, FirstRecv: x.Received}
+			}
+			cur.Count++
+			cur.LastSent, cur.LastRecv = x.Sent, x.Received
+		}
+		if cur != nil {
+			terms = append(terms, *cur)
+		}
+	}
+	sort.Slice(terms, func(i, j int) bool { return terms[i].FirstSent.Before(terms[j].FirstSent) })
+	return terms
+}
+
+// Violation is a broken invariant found in the samples.
+type Violation struct {
+	Kind   string // "overlap" or "token-order"
+	Detail string
+}
+
+func (v Violation) String() string { return v.Kind + ": " + v.Detail }
+
+// CheckNoOverlap returns every pair of terms of different targets whose
+// windows [FirstSent, LastRecv] intersect: two processes claimed a valid token
+// at instants that cannot be ordered. "definite" means even the narrow
+// windows [FirstRecv, LastSent] intersect.
+func CheckNoOverlap(terms []Term, start time.Time) []Violation {
+	var vs []Violation
+	for i := 0; i < len(terms); i++ {
+		for j := i + 1; j < len(terms); j++ {
+			a, b := terms[i], terms[j]
+			if a.Target == b.Target {
+				continue
+			}
+			if a.FirstSent.Before(b.LastRecv) && b.FirstSent.Before(a.LastRecv) {
+				kind := "possible"
+				if a.FirstRecv.Before(a.LastSent) && b.FirstRecv.Before(b.LastSent) &&
+					a.FirstRecv.Before(b.LastSent) && b.FirstRecv.Before(a.LastSent) {
+					kind = "definite"
+				}
+				vs = append(vs, Violation{Kind: "overlap", Detail: fmt.Sprintf("(%s) %s and %s", kind, fmtTerm(a, start), fmtTerm(b, start))})
+			}
+		}
+	}
+	return vs
+}
+
+// CheckTokenOrder returns every pair of terms where a later term (starting
+// after the earlier one's window ended) has a token that is not greater,
+// except the same target keeping its token.
+func CheckTokenOrder(terms []Term, start time.Time) []Violation {
+	var vs []Violation
+	for i := 0; i < len(terms); i++ {
+		for j := 0; j < len(terms); j++ {
+			a, b := terms[i], terms[j]
+			if i == j || a.LastRecv.After(b.FirstSent) {
+				continue
+			}
+			if b.Token > a.Token || (a.Target == b.Target && a.Token == b.Token) {
+				continue
+			}
+			vs = append(vs, Violation{Kind: "token-order", Detail: fmt.Sprintf("%s came after %s", fmtTerm(b, start), fmtTerm(a, start))})
+		}
+	}
+	return vs
+}
+
+// Check stops nothing; it checks both invariants over all samples so far and
+// returns an error describing every violation (nil if none).
+func (s *Sampler) Check() error {
+	terms := s.Terms()
+	vs := append(CheckNoOverlap(terms, s.Start), CheckTokenOrder(terms, s.Start)...)
+	if len(vs) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d invariant violation(s) in %d samples:\n", len(vs), len(s.Samples()))
+	for i, v := range vs {
+		if i == 20 {
+			fmt.Fprintf(&b, "  ... and %d more\n", len(vs)-20)
+			break
+		}
+		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	b.WriteString("terms:\n" + FormatTerms(terms, s.Start))
+	return fmt.Errorf("%s", b.String())
+}
+
+func fmtTerm(t Term, start time.Time) string {
+	return fmt.Sprintf("%s token %d [%s..%s] (%d samples)", t.Target, t.Token,
+		rel(t.FirstSent, start), rel(t.LastRecv, start), t.Count)
+}
+
+func rel(t, start time.Time) string { return fmt.Sprintf("+%dms", t.Sub(start).Milliseconds()) }
+
+// FormatTerms renders terms one per line.
+func FormatTerms(terms []Term, start time.Time) string {
+	var b strings.Builder
+	for _, t := range terms {
+		fmt.Fprintf(&b, "  %s\n", fmtTerm(t, start))
+	}
+	return b.String()
+}
+
+// FirstValidAfter returns the first valid sample sent at or after t from any
+// target not in exclude.
+func (s *Sampler) FirstValidAfter(t time.Time, exclude ...string) (Sample, bool) {
+	ex := map[string]bool{}
+	for _, e := range exclude {
+		ex[e] = true
+	}
+	var best Sample
+	found := false
+	for _, x := range s.Samples() {
+		if !x.Valid() || ex[x.Target] || x.Sent.Before(t) {
+			continue
+		}
+		if !found || x.Received.Before(best.Received) {
+			best, found = x, true
+		}
+	}
+	return best, found
+}
