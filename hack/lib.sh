@@ -1,0 +1,90 @@
+# shellcheck shell=bash
+# Shared helpers for hack/*.sh. Source it; it defines functions and variables only.
+
+# Repository root (the parent of this file's directory).
+ELECTOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Cache for binaries, wrapper modules and the local cluster: never in the repo.
+ELECTOR_CACHE="${ELECTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elector-sidecar}"
+ELECTOR_BIN="$ELECTOR_CACHE/bin"
+
+# Pinned versions of everything hack/ builds from the Go module proxy.
+K8S_VERSION="v1.37.2"          # k8s.io/kubernetes
+K8S_STAGING_VERSION="v0.37.2"  # k8s.io/* staging modules
+ETCD_VERSION="v3.7.3"          # go.etcd.io/etcd/server/v3
+HELM_VERSION="v4.3.2"          # helm.sh/helm/v4
+CONTAINERD_VERSION="v2.3.4"    # github.com/containerd/containerd/v2
+RUNC_VERSION="v1.4.3"          # github.com/opencontainers/runc
+CNI_PLUGINS_VERSION="v1.9.1"   # github.com/containernetworking/plugins
+GGCR_VERSION="v0.22.1"         # github.com/google/go-containerregistry (image tarballs)
+
+_elector_t0="${_elector_t0:-$(date +%s)}"
+
+# log MSG...: a progress line on stderr, prefixed with the seconds since the script started.
+log() {
+  printf '[%s +%ss] %s\n' "$(basename "$0")" "$(($(date +%s) - _elector_t0))" "$*" >&2
+}
+
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+# run_logged NAME LOGFILE CMD...: runs CMD with stdout+stderr to LOGFILE, printing a heartbeat line
+# every 30 s and the elapsed time at the end. On failure, prints the tail of the log and returns the
+# command's exit code.
+run_logged() {
+  local name="$1" logfile="$2"
+  shift 2
+  mkdir -p "$(dirname "$logfile")"
+  local start rc=0 hb=""
+  start=$(date +%s)
+  log "$name: started (log: $logfile)"
+  (
+    while sleep 30; do
+      log "$name: still running, $(($(date +%s) - start))s"
+    done
+  ) &
+  hb=$!
+  "$@" >"$logfile" 2>&1 || rc=$?
+  kill "$hb" 2>/dev/null || true
+  wait "$hb" 2>/dev/null || true
+  if [[ $rc -ne 0 ]]; then
+    log "$name: FAILED after $(($(date +%s) - start))s (exit $rc); last lines of $logfile:"
+    tail -n 40 "$logfile" >&2 || true
+    return "$rc"
+  fi
+  log "$name: done in $(($(date +%s) - start))s"
+}
+
+# apt_install PKG...: installs Debian packages that are missing (runs apt-get update once if needed).
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get"
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  log "apt-get install ${missing[*]}"
+  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; then
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  fi
+}
+
+# with_lock FILE CMD...: runs CMD while holding an exclusive flock on FILE (serialises concurrent builds).
+with_lock() {
+  local lockfile="$1"
+  shift
+  mkdir -p "$(dirname "$lockfile")"
+  (
+    exec 9>"$lockfile"
+    if ! flock -n 9; then
+      log "waiting for lock $lockfile (another build is running)"
+      flock 9
+    fi
+    "$@"
+  )
+}
