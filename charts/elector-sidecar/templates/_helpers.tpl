@@ -1,0 +1,384 @@
+{{/*
+Named templates of the elector-sidecar chart. Every template takes this chart's context: in this chart
+that is `.`; in a parent chart that lists elector-sidecar as a dependency it is
+`(index .Subcharts "elector-sidecar")` (or the dependency's alias), which carries the subchart's own
+.Values, .Release and .Chart. See README.md, "Use from your own chart".
+*/}}
+
+{{- define "elector-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "elector-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "elector-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "elector-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "elector-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "elector-sidecar.labels" -}}
+helm.sh/chart: {{ include "elector-sidecar.chart" . }}
+{{ include "elector-sidecar.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* The Lease the sidecars compete for (and the Role and the guard are limited to). */}}
+{{- define "elector-sidecar.leaseName" -}}
+{{- default (include "elector-sidecar.fullname" .) .Values.election.leaseName }}
+{{- end }}
+
+{{- define "elector-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "elector-sidecar.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "elector-sidecar.demoStoreName" -}}
+{{- printf "%s-demo-store" (include "elector-sidecar.fullname" . | trunc 52 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "elector-sidecar.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The local API as the app sees it. */}}
+{{- define "elector-sidecar.url" -}}
+{{- printf "http://127.0.0.1:%d" (int .Values.sidecar.httpPort) }}
+{{- end }}
+
+{{/*
+elector-sidecar.durationMs: a duration such as 500ms, 15s, 2m or 1h in milliseconds (as a string).
+Call with (list "election.leaseDuration" "15s").
+*/}}
+{{- define "elector-sidecar.durationMs" -}}
+{{- $key := index . 0 }}
+{{- $d := toString (index . 1) }}
+{{- if not (regexMatch "^[0-9]+(ms|s|m|h)$" $d) }}
+{{- fail (printf "%s: %q is not a duration: use a whole number with a unit ms, s, m or h, e.g. 15s or 500ms" $key $d) }}
+{{- end }}
+{{- $n := regexFind "^[0-9]+" $d | int64 }}
+{{- $unit := trimPrefix (toString $n) $d }}
+{{- $mult := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 }}
+{{- mul $n (index $mult $unit) }}
+{{- end }}
+
+{{/*
+elector-sidecar.validate: fails with a clear message on impossible combinations. Included by every
+template that renders something, so parent charts that use the named templates get the same checks.
+*/}}
+{{- define "elector-sidecar.validate" -}}
+{{- $e := .Values.election }}
+{{- $lease := include "elector-sidecar.durationMs" (list "election.leaseDuration" $e.leaseDuration) | int64 }}
+{{- $renew := include "elector-sidecar.durationMs" (list "election.renewDeadline" $e.renewDeadline) | int64 }}
+{{- $retry := include "elector-sidecar.durationMs" (list "election.retryPeriod" $e.retryPeriod) | int64 }}
+{{- $skew := include "elector-sidecar.durationMs" (list "election.clockSkewMargin" $e.clockSkewMargin) | int64 }}
+{{- if le $lease $renew }}
+{{- fail (printf "election.renewDeadline (%s) must be shorter than election.leaseDuration (%s): the leader must give up before others may take over" $e.renewDeadline $e.leaseDuration) }}
+{{- end }}
+{{- if le (mul $renew 5) (mul $retry 6) }}
+{{- fail (printf "election.renewDeadline (%s) must be more than 1.2 x election.retryPeriod (%s)" $e.renewDeadline $e.retryPeriod) }}
+{{- end }}
+{{- if eq $retry 0 }}
+{{- fail "election.retryPeriod must be greater than 0" }}
+{{- end }}
+{{- if ge $skew $renew }}
+{{- fail (printf "election.clockSkewMargin (%s) must be shorter than election.renewDeadline (%s), or the token is never safe to hand out" $e.clockSkewMargin $e.renewDeadline) }}
+{{- end }}
+{{- $lname := include "elector-sidecar.leaseName" . }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" $lname) }}
+{{- fail (printf "election.leaseName %q is not a valid object name (lower case letters, digits, '-' and '.')" $lname) }}
+{{- end }}
+{{- if not (has .Values.sidecar.probes.mode (list "exec" "http" "none")) }}
+{{- fail (printf "sidecar.probes.mode %q: must be exec, http or none" .Values.sidecar.probes.mode) }}
+{{- end }}
+{{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.sidecar.httpPort)) }}
+{{- fail (printf "metrics.port and sidecar.httpPort are both %d: the metrics listener needs its own port" (int .Values.metrics.port)) }}
+{{- end }}
+{{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar's environment: Downward API identity plus ELECTOR_* settings. */}}
+{{- define "elector-sidecar.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: POD_UID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.uid
+- name: ELECTOR_LEASE_NAME
+  value: {{ include "elector-sidecar.leaseName" . | quote }}
+- name: ELECTOR_LEASE_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: ELECTOR_LEASE_DURATION
+  value: {{ .Values.election.leaseDuration | quote }}
+- name: ELECTOR_RENEW_DEADLINE
+  value: {{ .Values.election.renewDeadline | quote }}
+- name: ELECTOR_RETRY_PERIOD
+  value: {{ .Values.election.retryPeriod | quote }}
+- name: ELECTOR_CLOCK_SKEW_MARGIN
+  value: {{ .Values.election.clockSkewMargin | quote }}
+- name: ELECTOR_HTTP_ADDRESS
+  value: {{ printf "%s:%d" (ternary "0.0.0.0" "127.0.0.1" (eq .Values.sidecar.probes.mode "http")) (int .Values.sidecar.httpPort) | quote }}
+{{- if .Values.metrics.enabled }}
+- name: ELECTOR_METRICS_ADDRESS
+  value: {{ printf ":%d" (int .Values.metrics.port) | quote }}
+{{- end }}
+- name: ELECTOR_LOG_FORMAT
+  value: {{ .Values.sidecar.logFormat | quote }}
+- name: ELECTOR_LOG_LEVEL
+  value: {{ .Values.sidecar.logLevel | quote }}
+{{- with .Values.sidecar.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* elector-sidecar.probe: the handler of one probe. Call with (list $ctx "/readyz" $timings). */}}
+{{- define "elector-sidecar.probe" -}}
+{{- $ctx := index . 0 }}
+{{- $path := index . 1 }}
+{{- $t := index . 2 }}
+{{- if eq $ctx.Values.sidecar.probes.mode "http" }}
+httpGet:
+  path: {{ $path }}
+  port: http
+{{- else }}
+exec:
+  command:
+    {{- range $ctx.Values.sidecar.probes.execCommand }}
+    - {{ . | quote }}
+    {{- end }}
+    - {{ printf "--http-address=127.0.0.1:%d" (int $ctx.Values.sidecar.httpPort) | quote }}
+    - {{ $path | quote }}
+{{- end }}
+{{ toYaml $t }}
+{{- end }}
+
+{{/*
+elector-sidecar.containerSpec: the sidecar container (a list item), without restartPolicy.
+*/}}
+{{- define "elector-sidecar.containerSpec" -}}
+{{- include "elector-sidecar.validate" . -}}
+- name: {{ .Values.sidecar.name }}
+  image: {{ include "elector-sidecar.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- with .Values.sidecar.extraArgs }}
+  args:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  env:
+    {{- include "elector-sidecar.env" . | nindent 4 }}
+  ports:
+    - name: http
+      containerPort: {{ .Values.sidecar.httpPort }}
+      protocol: TCP
+    {{- if .Values.metrics.enabled }}
+    - name: metrics
+      containerPort: {{ .Values.metrics.port }}
+      protocol: TCP
+    {{- end }}
+  {{- if ne .Values.sidecar.probes.mode "none" }}
+  startupProbe:
+    {{- include "elector-sidecar.probe" (list . "/readyz" .Values.sidecar.probes.startup) | trim | nindent 4 }}
+  livenessProbe:
+    {{- include "elector-sidecar.probe" (list . "/healthz" .Values.sidecar.probes.liveness) | trim | nindent 4 }}
+  readinessProbe:
+    {{- include "elector-sidecar.probe" (list . "/readyz" .Values.sidecar.probes.readiness) | trim | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+elector-sidecar.container: the sidecar as a plain container, a list item for `containers:`.
+  containers:
+    {{- include "elector-sidecar.container" (index .Subcharts "elector-sidecar") | nindent 4 }}
+*/}}
+{{- define "elector-sidecar.container" -}}
+{{- include "elector-sidecar.containerSpec" . }}
+{{- end }}
+
+{{/*
+elector-sidecar.initContainer: the sidecar as a native sidecar (restartPolicy: Always), a list item
+for `initContainers:` (Kubernetes >= 1.29). It starts before, and stops after, the app containers.
+  initContainers:
+    {{- include "elector-sidecar.initContainer" (index .Subcharts "elector-sidecar") | nindent 4 }}
+*/}}
+{{- define "elector-sidecar.initContainer" -}}
+{{- include "elector-sidecar.containerSpec" . }}
+  restartPolicy: Always
+{{- end }}
+
+{{/*
+elector-sidecar.rbac: ServiceAccount (if serviceAccount.create), Role and RoleBinding, as YAML documents.
+*/}}
+{{- define "elector-sidecar.rbac" -}}
+{{- include "elector-sidecar.validate" . -}}
+{{- $fullname := include "elector-sidecar.fullname" . }}
+{{- if .Values.serviceAccount.create }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "elector-sidecar.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+  {{- with .Values.serviceAccount.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- if .Values.rbac.create }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $fullname }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+rules:
+  # The sidecar reads, watches (with a metadata.name field selector) and updates only its own Lease.
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    resourceNames: [{{ include "elector-sidecar.leaseName" . | quote }}]
+    verbs: ["get", "list", "watch", "update"]
+  # The first candidate creates it; RBAC cannot limit create by name (the name is in the body).
+  - apiGroups: ["coordination.k8s.io"]
+    resources: ["leases"]
+    verbs: ["create"]
+  # Leadership change events (create, and patch for repeated events).
+  - apiGroups: ["", "events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+  {{- if and .Values.demo.enabled .Values.workload.enabled }}
+  # The demo app's fenced store: a ConfigMap it creates and then updates with compare-and-swap.
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    resourceNames: [{{ include "elector-sidecar.demoStoreName" . | quote }}]
+    verbs: ["get", "update"]
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["create"]
+  {{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $fullname }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $fullname }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "elector-sidecar.serviceAccountName" . }}
+    namespace: {{ .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+elector-sidecar.leaseGuard: ValidatingAdmissionPolicy + binding protecting the Lease.
+
+The binding matches every Lease in the release namespace and the policy picks this release's Lease by
+name in a CEL match condition, instead of listing it in resourceNames: a DeleteCollection
+(`kubectl delete leases --all`) reaches admission once per object but with an empty request name, so a
+resourceNames rule would not match it and the guard could be bypassed.
+
+Namespace deletion: the namespace controller deletes the namespace's Leases (DeleteCollection, or one
+by one), each going through admission as a DELETE; those are allowed because the namespace has a
+deletionTimestamp (namespaceObject), and the controller's user is also exempt (leaseGuard.exemptUsers).
+*/}}
+{{- define "elector-sidecar.leaseGuard" -}}
+{{- include "elector-sidecar.validate" . -}}
+{{- if semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "leaseGuard.enabled=true needs Kubernetes >= 1.30 (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy), this cluster is %s: set leaseGuard.enabled=false" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- $name := printf "%s.%s.lease-guard.elector-sidecar" (include "elector-sidecar.fullname" .) .Release.Namespace }}
+{{- $lease := include "elector-sidecar.leaseName" . }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: ["coordination.k8s.io"]
+        apiVersions: ["*"]
+        resources: ["leases"]
+        operations: ["UPDATE", "DELETE"]
+  matchConditions:
+    - name: guarded-lease
+      expression: {{ printf "(request.operation == 'DELETE' ? oldObject : object).metadata.name == '%s'" $lease | quote }}
+  variables:
+    - name: namespaceTerminating
+      expression: "namespaceObject != null && has(namespaceObject.metadata.deletionTimestamp)"
+    - name: exemptUser
+      expression: {{ printf "request.userInfo.username in %s" (toJson .Values.leaseGuard.exemptUsers | replace "\"" "'") | quote }}
+  validations:
+    - expression: "request.operation != 'DELETE' || variables.namespaceTerminating || variables.exemptUser"
+      messageExpression: {{ printf "'lease ' + request.namespace + '/%s is guarded by elector-sidecar: deleting it resets spec.leaseTransitions (the fencing token) to 0, so stale leaders could write again. Delete the namespace, or remove ValidatingAdmissionPolicyBinding %s first.'" $lease $name | quote }}
+      reason: Forbidden
+    - expression: "request.operation != 'UPDATE' || !has(oldObject.spec.leaseTransitions) || (has(object.spec.leaseTransitions) && object.spec.leaseTransitions >= oldObject.spec.leaseTransitions)"
+      messageExpression: {{ printf "'lease ' + request.namespace + '/%s is guarded by elector-sidecar: spec.leaseTransitions (the fencing token) must not decrease (from ' + string(oldObject.spec.leaseTransitions) + ' to ' + (has(object.spec.leaseTransitions) ? string(object.spec.leaseTransitions) : 'unset') + ')'" $lease | quote }}
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+spec:
+  policyName: {{ $name }}
+  validationActions: ["Deny"]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {{ .Release.Namespace }}
+{{- end }}
