@@ -23,6 +23,15 @@ var (
 	builtPaths = map[string]string{}
 )
 
+// BinaryOverrideEnv maps a package to an environment variable that, when set,
+// names a prebuilt binary to use instead of building the package (e.g. to
+// test a release binary, or a patched core from another checkout).
+var BinaryOverrideEnv = map[string]string{
+	SidecarPackage:   "ELECTOR_SIDECAR_BINARY",
+	DemoPackage:      "ELECTOR_DEMO_BINARY",
+	CandidatePackage: "ELECTOR_CANDIDATE_BINARY",
+}
+
 // BuildBinaries builds each package (a path relative to the repository root,
 // e.g. SidecarPackage) once per process into a temporary directory and returns
 // package -> binary path. Later calls reuse earlier builds. CleanupBinaries
@@ -44,6 +53,15 @@ func BuildBinaries(pkgs ...string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, pkg := range pkgs {
 		if p, ok := builtPaths[pkg]; ok {
+			out[pkg] = p
+			continue
+		}
+		if ev := BinaryOverrideEnv[pkg]; ev != "" && os.Getenv(ev) != "" {
+			p := os.Getenv(ev)
+			if _, err := os.Stat(p); err != nil {
+				return nil, fmt.Errorf("%s=%s: %w", ev, p, err)
+			}
+			builtPaths[pkg] = p
 			out[pkg] = p
 			continue
 		}

@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -118,7 +120,7 @@ func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 		ControlPlane:             envtest.ControlPlane{APIServer: apiserver, Etcd: etcd, KubectlPath: filepath.Join(assets, "kubectl")},
 		BinaryAssetsDirectory:    assets,
 		ControlPlaneStartTimeout: timeout,
-		ControlPlaneStopTimeout:  30 * time.Second,
+		ControlPlaneStopTimeout:  10 * time.Second,
 	}
 	cfg, err := cp.Env.Start()
 	if err != nil {
@@ -164,20 +166,108 @@ func orphanSafe(dir, bin string) string {
 // APIServerURL returns the apiserver's https URL.
 func (cp *ControlPlane) APIServerURL() string { return cp.Config.Host }
 
-// StopAPIServer stops kube-apiserver (etcd keeps running) and returns when the
-// process has exited.
-func (cp *ControlPlane) StopAPIServer() error {
+// DefaultAPIServerStopGrace is how long StopAPIServer waits after SIGTERM
+// before it kills the apiserver (a graceful kube-apiserver shutdown can take
+// tens of seconds while it drains watches).
+const DefaultAPIServerStopGrace = 5 * time.Second
+
+// StopAPIServer stops kube-apiserver (etcd keeps running): SIGTERM, then
+// SIGKILL after grace (0: DefaultAPIServerStopGrace). It returns once the
+// process has exited, so no request can succeed after it returns.
+func (cp *ControlPlane) StopAPIServer(grace time.Duration) error {
+	if grace <= 0 {
+		grace = DefaultAPIServerStopGrace
+	}
+	return cp.stopAPIServer(syscall.SIGTERM, grace)
+}
+
+// KillAPIServer kills kube-apiserver with SIGKILL (a crash) and returns once
+// it has exited.
+func (cp *ControlPlane) KillAPIServer() error {
+	return cp.stopAPIServer(syscall.SIGKILL, 0)
+}
+
+func (cp *ControlPlane) stopAPIServer(sig syscall.Signal, grace time.Duration) error {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if !cp.apiserverUp {
 		return nil
 	}
-	if err := cp.Env.ControlPlane.APIServer.Stop(); err != nil {
-		return fmt.Errorf("stop kube-apiserver: %w", err)
-	}
+	// Whatever happens below, the next StartAPIServer must really start one.
 	cp.apiserverUp = false
 	cp.stoppedAt = time.Now()
+	pid, err := cp.apiserverPid()
+	if err != nil {
+		return err
+	}
+	_ = syscall.Kill(pid, sig)
+	if !waitGone(pid, grace) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if !waitGone(pid, 10*time.Second) {
+			return fmt.Errorf("stop kube-apiserver: pid %d still running after SIGKILL", pid)
+		}
+	}
+	// Let envtest notice the exit and clean its state up.
+	var stopErr error
+	for i := 0; i < 50; i++ {
+		if stopErr = cp.Env.ControlPlane.APIServer.Stop(); stopErr == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cp.stoppedAt = time.Now()
 	return nil
+}
+
+// apiserverPid finds the kube-apiserver process of this control plane (the
+// one whose command line names its certificate directory).
+func (cp *ControlPlane) apiserverPid() (int, error) {
+	certDir := cp.Env.ControlPlane.APIServer.CertDir
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("find kube-apiserver: %w", err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 0 && filepath.Base(args[0]) == "kube-apiserver" && strings.Contains(string(b), certDir) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("find kube-apiserver: no process with --cert-dir %s", certDir)
+}
+
+// waitGone waits up to timeout for pid to be gone (reaped, or a zombie).
+func waitGone(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true
+		}
+		// field 3 is the state; Z = zombie (exited, not yet reaped)
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && len(b) > i+2 && b[i+2] == 'Z' {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// StoppedAt returns when the apiserver was last seen to have exited.
+func (cp *ControlPlane) StoppedAt() time.Time {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.stoppedAt
 }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer, on the same

@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
+
+// Issue 3 #9 (first half): invalid flags exit 2 with one clear line naming the flag.
+func TestInvalidFlagsExit2(t *testing.T) {
+	base := []string{"--lease-name=x", "--identity=me", "--kubeconfig=" + env.cp.Kubeconfig, "--http-address=127.0.0.1:0"}
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want []string // the message must name one of these flags
+	}{
+		{"missing lease name", []string{"--identity=me", "--kubeconfig=" + env.cp.Kubeconfig}, nil, []string{"--lease-name"}},
+		{"renew deadline above lease duration", append(base, "--lease-duration=2s", "--renew-deadline=3s"), nil, []string{"--renew-deadline", "--lease-duration"}},
+		{"retry period too long", append(base, "--lease-duration=3s", "--renew-deadline=2s", "--retry-period=2s"), nil, []string{"--retry-period", "--renew-deadline"}},
+		{"malformed duration", append(base, "--lease-duration=soon"), nil, []string{"lease-duration"}},
+		{"malformed duration from env", base, []string{"ELECTOR_RENEW_DEADLINE=later"}, []string{"renew-deadline"}},
+		{"bad log format", append(base, "--log-format=xml"), nil, []string{"--log-format"}},
+		{"bad http address", append(base[:3:3], "--http-address=nonsense"), nil, []string{"--http-address"}},
+		{"unknown flag", append(base, "--lease-durations=3s"), nil, []string{"lease-durations"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, env.sidecarBin, tt.args...)
+			cmd.Env = append(os.Environ(), tt.env...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := cmd.ProcessState.ExitCode()
+			if code != 2 {
+				t.Fatalf("exit code %d (%v), want 2; stderr:\n%s", code, err, stderr.String())
+			}
+			msg := strings.TrimSpace(stderr.String())
+			if strings.Count(msg, "\n") != 0 || msg == "" {
+				t.Errorf("stderr is not one line:\n%s", msg)
+			}
+			named := false
+			for _, w := range tt.want {
+				named = named || strings.Contains(msg, w)
+			}
+			if !named {
+				t.Errorf("stderr %q names none of %v", msg, tt.want)
+			}
+		})
+	}
+}
+
+// Issue 3 #9 (second half): with an unreachable apiserver a sidecar reports
+// isLeader false and answers /token with 409 or 503, never a token.
+func TestUnreachableAPIServer(t *testing.T) {
+	// A port where nothing listens (connection refused) and one that
+	// accepts connections but never answers (a black hole).
+	refused, err := framework.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	go func() {
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	for _, tc := range []struct{ name, addr string }{{"refused", refused}, {"blackhole", hole.Addr().String()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := clientcmd.LoadFromFile(env.cp.Kubeconfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cfg.Clusters {
+				c.Server = "https://" + tc.addr
+			}
+			kc := filepath.Join(t.TempDir(), "unreachable.kubeconfig")
+			if err := clientcmd.WriteToFile(*cfg, kc); err != nil {
+				t.Fatal(err)
+			}
+			g := newGroup(t, testTimings)
+			g.Template.Kubeconfig = kc
+			c := g.start("lonely")[0]
+			observe := testTimings.LeaseDuration + 2*time.Second
+			end := time.Now().Add(observe)
+			statuses := map[int]int{}
+			for time.Now().Before(end) {
+				st, err := c.Leader(g.ctx)
+				if err != nil {
+					t.Fatalf("/leader: %v", err)
+				}
+				if st.IsLeader {
+					t.Fatalf("/leader isLeader=true with an unreachable apiserver: %+v", st)
+				}
+				r := c.Token(g.ctx)
+				if r.Err != nil {
+					t.Fatalf("/token: %v", r.Err)
+				}
+				if r.Status != http.StatusConflict && r.Status != http.StatusServiceUnavailable {
+					t.Fatalf("/token %s, want 409 or 503", r)
+				}
+				statuses[r.Status]++
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code, _ := c.API.Status(g.ctx, "/healthz"); code != http.StatusOK {
+				t.Errorf("/healthz %d, want 200 (the process itself is fine)", code)
+			}
+			code, _ := c.API.Status(g.ctx, "/readyz")
+			t.Logf("over %v: /token statuses %v; /readyz %d", observe, statuses, code)
+			if code == http.StatusOK {
+				t.Errorf("/readyz 200 although the Lease was never observed")
+			}
+		})
+	}
+}

@@ -1,0 +1,83 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
+
+// Issue 3 #6: the Lease deleted, then hand-edited (holderIdentity changed,
+// leaseTransitions lowered): tokens issued afterwards are still greater than
+// every earlier token.
+func TestLeaseDeletedAndHandEdited(t *testing.T) {
+	g := newGroup(t, testTimings)
+	g.start("pod-a", "pod-b", "pod-c")
+	g.waitLeader(startupTimeout)
+	time.Sleep(testTimings.RetryPeriod)
+
+	// waitHigher waits for any process to serve a token above every token
+	// served so far and returns it.
+	waitHigher := func(what string, since time.Time) (*framework.Candidate, int64) {
+		t.Helper()
+		floor := g.maxToken()
+		var leader *framework.Candidate
+		var tok int64
+		eventually(t, testTimings.LeaseDuration+failoverSlack, what+": a token above "+fmt.Sprint(floor), func() error {
+			for _, c := range g.Running() {
+				if r := c.Token(g.ctx); r.Valid() && r.Token > floor {
+					leader, tok = c, r.Token
+					return nil
+				}
+			}
+			return fmt.Errorf("none yet:\n%s", g.Describe(g.ctx))
+		})
+		t.Logf("%s: %s serves token %d (highest before: %d) %v later", what, leader.Instance, tok, floor, time.Since(since).Round(time.Millisecond))
+		return leader, tok
+	}
+
+	// 1. Delete the Lease.
+	deletedAt := time.Now()
+	if err := env.cp.Client.CoordinationV1().Leases(g.namespace).Delete(g.ctx, g.lease, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitHigher("after delete", deletedAt)
+	time.Sleep(testTimings.RetryPeriod)
+
+	// 2. Hand-edit: an unknown holder and leaseTransitions lowered to 0.
+	editedAt := time.Now()
+	g.updateLease(func(holder *string, transitions *int32) {
+		*holder = "hand-edited"
+		*transitions = 0
+	})
+	leader, _ := waitHigher("after holder=hand-edited, leaseTransitions=0", editedAt)
+	if holder, _ := g.leaseState(); holder != leader.Identity() {
+		t.Fatalf("Lease holder %q, leader %s", holder, leader.Identity())
+	}
+	time.Sleep(testTimings.RetryPeriod)
+
+	// 3. Hand-edit: a follower named as holder, leaseTransitions lowered to 1.
+	// The follower never acquired it, so it must not serve leaseTransitions 1
+	// as a token (the sampler's token-order check), and whoever leads next
+	// must have a token above every earlier one.
+	var follower *framework.Candidate
+	for _, c := range g.Running() {
+		if c != leader {
+			follower = c
+			break
+		}
+	}
+	editedAt = time.Now()
+	g.updateLease(func(holder *string, transitions *int32) {
+		*holder = follower.Identity()
+		*transitions = 1
+	})
+	waitHigher("after holder="+follower.Identity()+", leaseTransitions=1", editedAt)
+	eventually(t, 5*time.Second, "exactly one leader", g.exactlyOneLeader)
+	if _, transitions := g.leaseState(); transitions <= 1 {
+		t.Fatalf("Lease leaseTransitions %d after the edits", transitions)
+	}
+}

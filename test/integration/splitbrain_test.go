@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
+	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
+)
+
+// Issue 3 #4, the seed's split brain on Kubernetes: SIGSTOP the leader past
+// leaseDuration, another takes over and writes through the fence; SIGCONT the
+// old leader. Its /token must not return a token, its write with the token it
+// held before the pause is rejected by the fence, and the resource keeps the
+// new leader's value.
+func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
+	g := newGroup(t, testTimings)
+	store := fencedhttp.NewServer(fencing.NewMemory())
+	storeURL, stopStore, err := fencedhttp.Listen("127.0.0.1:0", store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopStore()
+
+	g.start("pod-a", "pod-b", "pod-c")
+	old, oldTok := g.waitLeader(startupTimeout)
+	oldWriter := fencedhttp.NewClient(storeURL, old.Identity())
+	if err := oldWriter.Write(g.ctx, oldTok.Token, []byte("written by "+old.Instance)); err != nil {
+		t.Fatalf("the leader's write with its token %d: %v", oldTok.Token, err)
+	}
+	time.Sleep(testTimings.RetryPeriod)
+
+	pausedAt := time.Now()
+	if err := old.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = old.Resume()
+		}
+	}()
+	next, newTok := g.waitLeader(testTimings.LeaseDuration+failoverSlack, old)
+	takeover := g.firstTakeover(pausedAt, old).Received.Sub(pausedAt)
+	t.Logf("SIGSTOP %s (token %d) -> %s leads with token %d after %v", old.Instance, oldTok.Token, next.Instance, newTok.Token, takeover.Round(time.Millisecond))
+	if newTok.Token <= oldTok.Token {
+		t.Fatalf("new token %d is not greater than the paused leader's %d", newTok.Token, oldTok.Token)
+	}
+	newValue := []byte("written by " + next.Instance)
+	if err := fencedhttp.NewClient(storeURL, next.Identity()).Write(g.ctx, newTok.Token, newValue); err != nil {
+		t.Fatalf("the new leader's fenced write with token %d: %v", newTok.Token, err)
+	}
+
+	// Wake the old leader; it is still a process that believes nothing
+	// happened. Ask it for a token at once and for a while after.
+	if err := old.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	resumedAt := time.Now()
+	pause := resumedAt.Sub(pausedAt)
+	var served []string
+	for time.Since(resumedAt) < 2*time.Second {
+		r := old.Token(g.ctx)
+		if r.Valid() {
+			served = append(served, fmt.Sprintf("%s at +%v", r, r.Sent.Sub(resumedAt).Round(time.Millisecond)))
+		} else if r.Err == nil && r.Status != http.StatusConflict && r.Status != http.StatusServiceUnavailable {
+			t.Errorf("resumed leader /token: %s, want 409 or 503", r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(served) > 0 {
+		t.Fatalf("the resumed leader (paused %v) served tokens: %v", pause.Round(time.Millisecond), served)
+	}
+	t.Logf("resumed %s after a %v pause: no token served", old.Instance, pause.Round(time.Millisecond))
+
+	// The write it had in hand before the pause arrives now: the fence rejects it.
+	err = oldWriter.Write(g.ctx, oldTok.Token, []byte("late write by "+old.Instance))
+	if !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("stale write with token %d: %v, want fencing.ErrStaleToken", oldTok.Token, err)
+	}
+	var ste *fencing.StaleTokenError
+	if !errors.As(err, &ste) || ste.Highest != newTok.Token {
+		t.Fatalf("stale write error %#v, want highest %d", err, newTok.Token)
+	}
+	t.Logf("late write with token %d: %v", oldTok.Token, err)
+	highest, value, err := store.Read(g.ctx)
+	if err != nil || highest != newTok.Token || string(value) != string(newValue) {
+		t.Fatalf("store holds %d %q (%v), want %d %q", highest, value, err, newTok.Token, newValue)
+	}
+
+	// The old process rejoins as a follower that names the new leader.
+	eventually(t, 5*time.Second, "resumed process follows the new leader", func() error {
+		st, err := old.Leader(g.ctx)
+		if err != nil {
+			return err
+		}
+		if st.IsLeader || st.Holder != next.Identity() {
+			return fmt.Errorf("/leader isLeader=%v holder=%q", st.IsLeader, st.Holder)
+		}
+		return nil
+	})
+	eventually(t, 5*time.Second, "exactly one leader", g.exactlyOneLeader)
+}
