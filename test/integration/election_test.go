@@ -192,4 +192,3 @@ func TestSamePodNameRestart(t *testing.T) {
 		}
 	})
 }
-
