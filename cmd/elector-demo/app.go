@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/configmapstore"
+	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitRuntime = 1
+	exitUsage   = 2
+)
+
+// env abstracts the process environment for tests.
+type env struct {
+	getenv   func(string) string
+	hostname func() (string, error)
+}
+
+func osEnv() env { return env{getenv: os.Getenv, hostname: os.Hostname} }
+
+type writerConfig struct {
+	sidecar  string
+	store    string
+	interval time.Duration
+	writer   string
+}
+
+type storeConfig struct {
+	listen string
+}
+
+// usageError is a bad flag: exit 2 with one line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, e env, late <-chan os.Signal, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "store" {
+		cfg, err := parseStore(args[1:], e, stderr)
+		if err != nil {
+			return reportParse(err, stderr)
+		}
+		if err := runStore(ctx, cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "elector-demo store: %v\n", err)
+			return exitRuntime
+		}
+		return exitOK
+	}
+	cfg, err := parseWriter(args, e, stderr)
+	if err != nil {
+		return reportParse(err, stderr)
+	}
+	if err := runWriter(ctx, cfg, e, late, stdout); err != nil {
+		fmt.Fprintf(stderr, "elector-demo: %v\n", err)
+		return exitRuntime
+	}
+	return exitOK
+}
+
+func reportParse(err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "elector-demo: %v\n", err)
+	return exitUsage
+}
+
+// newFlagSet returns a flag set that prints usage only for -h, so a bad flag
+// is one line on stderr.
+func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, func()) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // the flag package calls it on every error
+	help := func() {
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "Usage of %s:\n", name)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs, help
+}
+
+// parseFlags applies environment variables (flag name -> variable), then args.
+func parseFlags(fs *flag.FlagSet, help func(), args []string, envVars map[string]string, e env) error {
+	for name, ev := range envVars {
+		if v := e.getenv(ev); v != "" {
+			if err := fs.Set(name, v); err != nil {
+				return usagef("invalid value %q for %s (--%s)", v, ev, name)
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			help()
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+func parseWriter(args []string, e env, stderr io.Writer) (*writerConfig, error) {
+	c := &writerConfig{}
+	fs, help := newFlagSet("elector-demo", stderr)
+	fs.StringVar(&c.sidecar, "sidecar", "http://127.0.0.1:4040", "elector-sidecar local API (env ELECTOR_DEMO_SIDECAR)")
+	fs.StringVar(&c.store, "store", "", "where to write: configmap:<namespace>/<name>, or http://host:port of an elector-demo store (env ELECTOR_DEMO_STORE, required)")
+	fs.DurationVar(&c.interval, "interval", 500*time.Millisecond, "pause between attempts (env ELECTOR_DEMO_INTERVAL)")
+	fs.StringVar(&c.writer, "writer", "", "name written with each value (env ELECTOR_DEMO_WRITER; default $POD_NAME, then the hostname)")
+	err := parseFlags(fs, help, args, map[string]string{
+		"sidecar":  "ELECTOR_DEMO_SIDECAR",
+		"store":    "ELECTOR_DEMO_STORE",
+		"interval": "ELECTOR_DEMO_INTERVAL",
+		"writer":   "ELECTOR_DEMO_WRITER",
+	}, e)
+	if err != nil {
+		return nil, err
+	}
+	if c.writer == "" {
+		c.writer = e.getenv("POD_NAME")
+	}
+	if c.writer == "" && e.hostname != nil {
+		c.writer, _ = e.hostname()
+	}
+	switch {
+	case c.writer == "":
+		return nil, usagef("--writer is empty and neither POD_NAME nor the hostname is available")
+	case c.interval <= 0:
+		return nil, usagef("--interval %v: must be positive", c.interval)
+	case c.store == "":
+		return nil, usagef("--store is required: configmap:<namespace>/<name> or http://host:port")
+	}
+	if u, err := url.Parse(c.sidecar); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("--sidecar %q: want a URL like http://127.0.0.1:4040", c.sidecar)
+	}
+	c.sidecar = strings.TrimRight(c.sidecar, "/")
+	if _, _, _, err := parseStoreSpec(c.store); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseStoreSpec splits --store into ("configmap", namespace, name) or ("http", url, "").
+func parseStoreSpec(s string) (kind, a, b string, err error) {
+	switch {
+	case strings.HasPrefix(s, "configmap:"):
+		ns, name, ok := strings.Cut(strings.TrimPrefix(s, "configmap:"), "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return "", "", "", usagef("--store %q: want configmap:<namespace>/<name>", s)
+		}
+		return "configmap", ns, name, nil
+	case strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://"):
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return "", "", "", usagef("--store %q: want http://host:port", s)
+		}
+		return "http", strings.TrimRight(s, "/"), "", nil
+	default:
+		return "", "", "", usagef("--store %q: want configmap:<namespace>/<name> or http://host:port", s)
+	}
+}
+
+func parseStore(args []string, e env, stderr io.Writer) (*storeConfig, error) {
+	c := &storeConfig{}
+	fs, help := newFlagSet("elector-demo store", stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:7070", "address of the fenced HTTP store (env ELECTOR_DEMO_STORE_LISTEN)")
+	if err := parseFlags(fs, help, args, map[string]string{"listen": "ELECTOR_DEMO_STORE_LISTEN"}, e); err != nil {
+		return nil, err
+	}
+	if _, _, err := net.SplitHostPort(c.listen); err != nil {
+		return nil, usagef("--listen %q: want host:port", c.listen)
+	}
+	return c, nil
+}
+
+// fencedWriter writes a value with a token: nil if accepted, an error
+// matching fencing.ErrStaleToken if the resource rejected the token.
+type fencedWriter interface {
+	Write(ctx context.Context, token int64, value []byte) error
+}
+
+func newStore(spec, writer string) (fencedWriter, error) {
+	kind, a, b, err := parseStoreSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "http" {
+		return fencedhttp.NewClient(a, writer), nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules() // $KUBECONFIG, ~/.kube/config, else in-cluster
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config for %s: %w", spec, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for %s: %w", spec, err)
+	}
+	return fencing.New(configmapstore.New(cs.CoreV1(), a, b)), nil
+}
+
+// tokenReply is the sidecar's /token body.
+type tokenReply struct {
+	Token       int64  `json:"token"`
+	ExpiresInMs int64  `json:"expiresInMs"`
+	Error       string `json:"error"`
+	Holder      string `json:"holder"`
+}
+
+// writer is the loop's state.
+type writer struct {
+	cfg     *writerConfig
+	store   fencedWriter
+	http    *http.Client
+	out     io.Writer
+	mu      sync.Mutex // serialises log lines
+	attempt int
+	last    int64 // the last token the sidecar gave us (0: none)
+}
+
+func runWriter(ctx context.Context, cfg *writerConfig, e env, late <-chan os.Signal, out io.Writer) error {
+	store, err := newStore(cfg.store, cfg.writer)
+	if err != nil {
+		return err
+	}
+	w := &writer{cfg: cfg, store: store, http: &http.Client{Timeout: 2 * time.Second}, out: out}
+	w.logf("result=starting sidecar=%s store=%s interval=%v", cfg.sidecar, cfg.store, cfg.interval)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			w.logf("result=stopped")
+			return nil
+		case <-late:
+			w.lateWrite(ctx)
+		case <-t.C:
+			w.once(ctx)
+			t.Reset(cfg.interval)
+		}
+	}
+}
+
+func (w *writer) logf(format string, a ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Fprintf(w.out, "time=%s writer=%s attempt=%d %s\n", time.Now().Format("15:04:05.000"), w.cfg.writer, w.attempt, fmt.Sprintf(format, a...))
+}
+
+// once is one attempt: ask the sidecar for a token, then write with it.
+func (w *writer) once(ctx context.Context) {
+	w.attempt++
+	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	status, tr, err := w.token(reqCtx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.logf("result=sidecar-error err=%q", err.Error())
+		}
+		return
+	}
+	if status != http.StatusOK {
+		reason := tr.Error
+		w.logf("result=not-leader status=%d holder=%s reason=%q", status, orDash(tr.Holder), reason)
+		return
+	}
+	w.mu.Lock()
+	w.last = tr.Token
+	w.mu.Unlock()
+	w.write(reqCtx, tr.Token, "")
+}
+
+// lateWrite writes with the last token we were given, without asking.
+func (w *writer) lateWrite(ctx context.Context) {
+	w.mu.Lock()
+	tok := w.last
+	w.mu.Unlock()
+	if tok == 0 {
+		w.logf("result=late-write-skipped reason=%q", "this writer was never given a token")
+		return
+	}
+	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	w.write(reqCtx, tok, " late=true")
+}
+
+func (w *writer) write(ctx context.Context, token int64, extra string) {
+	value := fmt.Sprintf("%s #%d token %d", w.cfg.writer, w.attempt, token)
+	err := w.store.Write(ctx, token, []byte(value))
+	var ste *fencing.StaleTokenError
+	switch {
+	case err == nil:
+		w.logf("result=accepted token=%d highest=%d value=%q%s", token, token, value, extra)
+	case errors.As(err, &ste):
+		w.logf("result=rejected-stale token=%d highest=%d%s", token, ste.Highest, extra)
+	case errors.Is(err, fencing.ErrStaleToken):
+		w.logf("result=rejected-stale token=%d%s", token, extra)
+	default:
+		w.logf("result=store-error token=%d err=%q%s", token, err.Error(), extra)
+	}
+}
+
+func (w *writer) token(ctx context.Context) (int, tokenReply, error) {
+	var tr tokenReply
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.sidecar+"/token", nil)
+	if err != nil {
+		return 0, tr, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := w.http.Do(req)
+	if err != nil {
+		return 0, tr, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&tr); err != nil {
+		return resp.StatusCode, tr, fmt.Errorf("decode /token (status %d): %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode == http.StatusOK && tr.Token <= 0 {
+		return resp.StatusCode, tr, fmt.Errorf("/token returned 200 without a token")
+	}
+	return resp.StatusCode, tr, nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// runStore serves a fenced HTTP store until ctx ends, logging every write.
+func runStore(ctx context.Context, cfg *storeConfig, out io.Writer) error {
+	srv := fencedhttp.NewServer(fencing.NewMemory())
+	srv.KeepLog(false)
+	var mu sync.Mutex
+	srv.OnWrite = func(w fencedhttp.Write) {
+		mu.Lock()
+		defer mu.Unlock()
+		result := "accepted"
+		switch {
+		case w.Stale:
+			result = "rejected-stale"
+		case !w.Accepted:
+			result = "error"
+		}
+		fmt.Fprintf(out, "time=%s store writer=%s result=%s token=%d highest=%d value=%q\n",
+			w.At.Format("15:04:05.000"), orDash(w.Writer), result, w.Token, w.Highest, w.Value)
+	}
+	l, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	fmt.Fprintf(out, "time=%s store result=listening address=%s\n", time.Now().Format("15:04:05.000"), l.Addr())
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+		fmt.Fprintf(out, "time=%s store result=stopped\n", time.Now().Format("15:04:05.000"))
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", cfg.listen, err)
+	}
+}
