@@ -175,7 +175,9 @@ func TestStoreSubcommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"store", "--listen=127.0.0.1:0"}, fakeEnv(nil), nil, &stdout, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"store", "--listen=127.0.0.1:0"}, fakeEnv(nil), nil, &stdout, &stderr)
+	}()
 	m := waitLine(t, &stdout, `result=listening address=(\S+)`)
 	c := fencedhttp.NewClient("http://"+m[1], "w")
 	if err := c.Write(ctx, 5, []byte("five")); err != nil {
