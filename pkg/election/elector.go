@@ -41,6 +41,8 @@ type Elector struct {
 	done    chan struct{}
 	started atomic.Bool
 	alive   atomic.Bool
+	idle    atomic.Bool // the loop is waiting for an event (tests use it)
+	wakeAt  atomic.Pointer[time.Time]
 
 	inboxMu sync.Mutex
 	inbox   *observation
@@ -157,17 +159,23 @@ func (e *Elector) Run(ctx context.Context) error {
 		if !wake.IsZero() {
 			timer.Reset(max(wake.Sub(e.clock.Now()), 0))
 		}
+		e.wakeAt.Store(&wake)
+		e.idle.Store(true)
 		select {
 		case <-ctx.Done():
+			e.idle.Store(false)
 			e.shutdown()
 			return nil
 		case <-e.notify:
+			e.idle.Store(false)
 			e.drainInbox()
 		case reply := <-e.release:
+			e.idle.Store(false)
 			relCtx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
 			reply <- e.stepDown(relCtx, "released on request")
 			cancel()
 		case <-timer.C():
+			e.idle.Store(false)
 		}
 	}
 }
@@ -366,7 +374,7 @@ func (e *Elector) acquireAt() time.Time {
 	}
 	if e.obs == nil {
 		if !e.everSeen || e.freeToTake {
-			return e.holdOff
+			return laterOf(e.clock.Now(), e.holdOff)
 		}
 		// The Lease we saw was deleted: its holder may still think it
 		// leads. Wait out a lease duration from the deletion.

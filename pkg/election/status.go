@@ -9,6 +9,7 @@ type snapshot struct {
 	holder      string
 	transitions int64
 	leaseUID    string
+	rv          string
 	inTerm      bool
 	token       int64
 	lastToken   int64
@@ -53,6 +54,7 @@ func (e *Elector) publish() {
 	}
 	if e.obs != nil {
 		s.leaseUID = string(e.obs.UID)
+		s.rv = e.obs.ResourceVersion
 	}
 	if e.inTerm {
 		s.token = e.token
