@@ -1,0 +1,71 @@
+# elector-sidecar: every target is a thin index over hack/ scripts; `make help` lists them.
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := help
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$(VERSION)
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: demo
+demo: ## Run the local demo: control plane, three sidecars, a fenced store, a paused leader (hack/demo.sh).
+	hack/demo.sh
+
+.PHONY: test
+test: ## Run every test tier: verify, unit, integration (real apiserver), e2e (local cluster) (hack/test.sh).
+	hack/test.sh
+
+.PHONY: test-unit
+test-unit: ## Unit tests only (no apiserver).
+	hack/test.sh verify unit
+
+.PHONY: test-integration
+test-integration: ## Multi-process and chart tests against a real etcd + kube-apiserver.
+	hack/test.sh integration
+
+.PHONY: test-e2e
+test-e2e: ## e2e suite in real pods on the local single-node cluster (root; builds kubelet, containerd, ...).
+	hack/test.sh e2e
+
+.PHONY: verify
+verify: ## gofmt and go vet of every module.
+	hack/verify.sh
+
+.PHONY: build
+build: ## Build bin/elector-sidecar and bin/elector-demo (static, as in the Dockerfile).
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/elector-sidecar ./cmd/elector-sidecar
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/elector-demo ./cmd/elector-demo
+
+.PHONY: image
+image: ## Build the image as a tarball without Docker: _output/elector-sidecar-image.tar (hack/image.sh).
+	VERSION=$(VERSION) hack/image.sh
+
+.PHONY: tools
+tools: ## Build kube-apiserver, kubectl, etcd and helm into the cache (hack/build-binaries.sh).
+	hack/build-binaries.sh
+
+.PHONY: cluster-up
+cluster-up: ## Start the local single-node cluster (hack/local-cluster.sh up).
+	hack/local-cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Tear the local cluster down completely (hack/local-cluster.sh down).
+	hack/local-cluster.sh down
+
+.PHONY: e2e-kind
+e2e-kind: ## On a Docker host: the e2e suite in a kind cluster (hack/e2e-kind.sh).
+	hack/e2e-kind.sh
+
+.PHONY: chaos
+chaos: ## Chaos soak (not in CI): 5 candidates, random kills/pauses/restarts; DURATION=2m (hack/chaos.sh).
+	hack/chaos.sh $(DURATION)
+
+.PHONY: bench
+bench: ## Benchmarks, ours vs client-go leaderelection on one apiserver (hack/bench.sh).
+	hack/bench.sh
+
+.PHONY: clean
+clean: ## Remove build outputs (not the binary cache).
+	rm -rf bin _output

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The README's test command (`make test`), and what CI runs (.ci/run).
+#
+# Tiers, in order; each needs what the one before it built:
+#   verify       gofmt + go vet of every Go module
+#   unit         go test of pkg/, internal/, cmd/ (fake clientset, httptest) and the tool modules
+#   integration  real etcd + kube-apiserver (built once into the cache by hack/build-binaries.sh):
+#                multi-process election tests (test/integration) and chart/config tests (test/chart)
+#   e2e          a local single-node cluster with a real kubelet and containerd
+#                (hack/local-cluster.sh), the chart installed with helm, test/e2e (build tag e2e)
+#
+#   hack/test.sh [TIER...]     default: all tiers
+#   ELECTOR_TEST_TIERS="unit integration" hack/test.sh   same as naming them
+set -o errexit -o nounset -o pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ELECTOR_ROOT"
+
+command -v go >/dev/null || die "go is not installed (need the version in go.mod)"
+
+tiers=("$@")
+if [[ ${#tiers[@]} -eq 0 ]]; then
+  read -r -a tiers <<<"${ELECTOR_TEST_TIERS:-verify unit integration e2e}"
+fi
+
+# Go's own closing lines ("ok", "FAIL") are what CI reads; -count=1 defeats the test cache so a
+# green run means the tests ran.
+GOTEST=(go test -count=1)
+
+tier_verify() {
+  hack/verify.sh
+}
+
+tier_unit() {
+  "${GOTEST[@]}" -race ./pkg/... ./internal/... ./cmd/...
+  (cd hack/tools && "${GOTEST[@]}" ./...)
+}
+
+tier_integration() {
+  hack/build-binaries.sh
+  KUBEBUILDER_ASSETS="$(hack/build-binaries.sh --print-dir)"
+  export KUBEBUILDER_ASSETS
+  "${GOTEST[@]}" -timeout 20m -v ./test/integration/... 2>&1 | go_test_summary integration
+  (cd test/chart && "${GOTEST[@]}" -timeout 15m ./...)
+}
+
+tier_e2e() {
+  hack/e2e.sh
+}
+
+# go_test_summary NAME: passes `go test -v` output through, keeping only the lines that matter
+# (test starts/ends, failures, logs of failing tests) and keeping the exit status.
+go_test_summary() {
+  grep --line-buffered -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok |panic|\s+\S+_test\.go:[0-9]+:)' || true
+}
+
+for tier in "${tiers[@]}"; do
+  case "$tier" in
+    verify | unit | integration | e2e) ;;
+    *) die "unknown tier '$tier' (want verify, unit, integration or e2e)" ;;
+  esac
+  start=$(date +%s)
+  log "tier $tier: start"
+  "tier_$tier"
+  log "tier $tier: passed in $(($(date +%s) - start))s"
+done
+log "all tiers passed: ${tiers[*]}"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Static checks for every Go module in the repo: gofmt and go vet.
+set -o errexit -o nounset -o pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ELECTOR_ROOT"
+
+bad="$(git ls-files -z -- '*.go' | xargs -0 -r gofmt -l)"
+if [[ -n "$bad" ]]; then
+  die "gofmt would change these files (run: gofmt -w <file>):
+$bad"
+fi
+log "gofmt: clean"
+
+while IFS= read -r mod; do
+  dir="$(dirname "$mod")"
+  (cd "$dir" && go vet ./...) || die "go vet failed in $dir"
+  log "go vet: clean in $dir"
+done < <(git ls-files -- 'go.mod' '*/go.mod')
