@@ -1,0 +1,34 @@
+package framework
+
+import (
+	"bytes"
+	"sync"
+)
+
+// LineWriter is an io.Writer that calls Fn once per complete line (without
+// the newline). Safe for concurrent use; use one per process so lines of
+// different processes never mix.
+type LineWriter struct {
+	Fn  func(line string)
+	mu  sync.Mutex
+	buf []byte
+}
+
+// NewLineWriter returns a LineWriter calling fn.
+func NewLineWriter(fn func(line string)) *LineWriter { return &LineWriter{Fn: fn} }
+
+func (w *LineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+		w.Fn(line)
+	}
+	return len(p), nil
+}
