@@ -16,6 +16,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "probe" {
+		os.Exit(sidecar.Probe(os.Args[2:], sidecar.OSEnv, os.Stdout, os.Stderr))
+	}
 	cfg, err := sidecar.Parse(os.Args[1:], sidecar.OSEnv, os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
