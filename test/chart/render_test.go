@@ -2,6 +2,7 @@ package chart
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +22,9 @@ import (
 	ri "helm.sh/helm/v4/pkg/release"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 const (
@@ -101,6 +102,8 @@ type renderOpts struct {
 	Set         []string // --set
 	KubeVersion string   // default: defaultKubeVersion
 	Chart       *chartv2.Chart
+	Release     string // default releaseName
+	Namespace   string // default releaseNamespace
 }
 
 // render renders the chart like `helm template` (client-only dry run: values, schema, templates, NOTES).
@@ -121,8 +124,8 @@ func render(t testing.TB, o renderOpts) (rendered, error) {
 	cfg := action.NewConfiguration(action.ConfigurationSetLogger(slog.NewTextHandler(io.Discard, nil)))
 	install := action.NewInstall(cfg)
 	install.DryRunStrategy = action.DryRunClient
-	install.ReleaseName = releaseName
-	install.Namespace = releaseNamespace
+	install.ReleaseName = cmp.Or(o.Release, releaseName)
+	install.Namespace = cmp.Or(o.Namespace, releaseNamespace)
 	install.Replace = true
 	if o.KubeVersion == "" {
 		o.KubeVersion = defaultKubeVersion
@@ -154,6 +157,13 @@ func mustRender(t testing.TB, o renderOpts) rendered {
 		t.Fatalf("render %v %v: %v", o.ValueFiles, o.Set, err)
 	}
 	return r
+}
+
+// mustRenderAs renders as release name in namespace ns.
+func mustRenderAs(t testing.TB, name, ns string, o renderOpts) rendered {
+	t.Helper()
+	o.Release, o.Namespace = name, ns
+	return mustRender(t, o)
 }
 
 func toV1(rel ri.Releaser) (*release.Release, error) {

@@ -311,4 +311,23 @@ func TestProjectImage(t *testing.T) {
 	if h := hdrs["/elector-demo"]; h == nil || h.Mode&0o755 != 0o755 {
 		t.Errorf("/elector-demo missing or not executable: %+v", h)
 	}
+
+	// Where containerd is built, load it like `kind load image-archive` and run it with runc.
+	if why := containerdMissing(); why != "" {
+		t.Logf("not loading into containerd: %s", why)
+		return
+	}
+	c := startContainerd(t)
+	if got, err := c.ctr("images", "import", "--all-platforms", "--digests", out); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, got)
+	}
+	got, err = c.ctr("run", "--rm", "docker.io/library/elector-sidecar:v9.9.9-test", "elector-version", "/elector-sidecar", "--version")
+	if err != nil || !strings.Contains(got, "v9.9.9-test") {
+		t.Errorf("ctr run elector-sidecar --version: %v\n%s", err, got)
+	}
+	// Without flags the entrypoint exits 2 naming the missing flag.
+	got, err = c.ctr("run", "--rm", "docker.io/library/elector-sidecar:v9.9.9-test", "elector-noflags")
+	if err == nil || !strings.Contains(got, "lease-name") {
+		t.Errorf("ctr run elector-sidecar (no flags): %v\n%s", err, got)
+	}
 }

@@ -11,5 +11,9 @@ func main() {
 		fmt.Println("hello test-version")
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "--id" {
+		fmt.Printf("uid=%d gid=%d\n", os.Getuid(), os.Getgid())
+		return
+	}
 	fmt.Println("hello")
 }

@@ -1,0 +1,613 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// cluster is a real kube-apiserver + etcd (envtest, RBAC authorization on) shared by the subtests.
+type cluster struct {
+	cfg    *rest.Config
+	kube   *kubernetes.Clientset
+	dyn    *dynamic.DynamicClient
+	mapper meta.RESTMapper
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	bin := cacheBin()
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			if os.Getenv("ELECTOR_REQUIRE_APISERVER") != "" {
+				t.Fatalf("%s missing in %s (run hack/build-binaries.sh)", b, bin)
+			}
+			t.Skipf("%s missing in %s: run hack/build-binaries.sh (set ELECTOR_REQUIRE_APISERVER=1 to fail instead)", b, bin)
+		}
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: bin}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping kube-apiserver: %v", err)
+		}
+	})
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	dc := discovery.NewDiscoveryClientForConfigOrDie(cfg)
+	return &cluster{
+		cfg:    cfg,
+		kube:   kube,
+		dyn:    dynamic.NewForConfigOrDie(cfg),
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
+	}
+}
+
+func (c *cluster) createNamespace(t *testing.T, name string) {
+	t.Helper()
+	_, err := c.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// apply server-side applies obj (dryRun: nothing is stored, but validation and admission run).
+func (c *cluster) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun bool) error {
+	gvk := obj.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("%s: %w", gvk, err)
+	}
+	opts := metav1.ApplyOptions{FieldManager: "elector-chart-test", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	var ri dynamic.ResourceInterface = c.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := obj.GetNamespace()
+		if ns == "" {
+			ns = "default"
+		}
+		ri = c.dyn.Resource(m.Resource).Namespace(ns)
+	}
+	_, err = ri.Apply(ctx, obj.GetName(), obj, opts)
+	return err
+}
+
+func TestAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts kube-apiserver")
+	}
+	c := startCluster(t)
+	ctx := context.Background()
+
+	// Everything the chart (every values file, and as a dependency) and config/ render is accepted by
+	// the API server: schema, field validation, CEL compilation of the lease guard.
+	t.Run("server-side dry-run apply", func(t *testing.T) {
+		c.createNamespace(t, releaseNamespace)
+		sources := map[string][]*unstructured.Unstructured{}
+		for _, files := range valueFileSets(t) {
+			sources["chart "+strings.Join(files, ",")] = mustRender(t, renderOpts{ValueFiles: files}).Objects
+		}
+		sources["chart plain-container+statefulset"] = mustRender(t, renderOpts{ValueFiles: []string{"plain-container.yaml", "statefulset.yaml"}}).Objects
+		for _, dir := range []string{"rbac", "lease-guard", "samples/demo", "samples/statefulset"} {
+			objs := kustomize(t, dir).Objects
+			for _, o := range objs {
+				if o.GetKind() == "Namespace" {
+					c.createNamespace(t, o.GetName())
+				}
+			}
+			sources["config/"+dir] = objs
+		}
+		n := 0
+		for src, objs := range sources {
+			for _, o := range objs {
+				if err := c.apply(ctx, o, true); err != nil {
+					t.Errorf("%s: %s %s: %v", src, o.GetKind(), o.GetName(), err)
+				}
+				n++
+			}
+		}
+		t.Logf("dry-run applied %d objects from %d sources", n, len(sources))
+	})
+
+	t.Run("sidecars as the chart's ServiceAccount, under the lease guard", func(t *testing.T) {
+		testSidecarsWithChartRBAC(t, c)
+	})
+
+	t.Run("lease guard lets namespace deletion through", func(t *testing.T) {
+		testGuardNamespaceDeletion(t, c)
+	})
+}
+
+// installChart really applies the chart's objects (except the workload: envtest runs no pods).
+func installChart(t *testing.T, c *cluster, ns string, set []string) rendered {
+	t.Helper()
+	c.createNamespace(t, ns)
+	r := mustRenderAs(t, releaseName, ns, renderOpts{Set: set})
+	for _, o := range r.Objects {
+		if o.GetKind() == "Deployment" || o.GetKind() == "StatefulSet" {
+			continue
+		}
+		if err := c.apply(context.Background(), o, false); err != nil {
+			t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return r
+}
+
+// waitGuardActive waits until the lease guard rejects a (dry-run) delete of the lease: policies reach
+// the admission plugin asynchronously.
+func waitGuardActive(t *testing.T, c *cluster, ns, lease string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := c.kube.CoordinationV1().Leases(ns).Delete(context.Background(), lease, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease guard not active after 60s: dry-run delete of %s/%s returned %v", ns, lease, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// saKubeconfig writes a kubeconfig that authenticates as ns/sa with a TokenRequest token.
+func saKubeconfig(t *testing.T, c *cluster, ns, sa string) string {
+	t.Helper()
+	tr, err := c.kube.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", ns, sa, err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: c.cfg.Host, CertificateAuthorityData: c.cfg.CAData}
+	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "sa", Namespace: ns}
+	kc.CurrentContext = "sa"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var (
+	sidecarBinOnce sync.Once
+	sidecarBin     string
+	sidecarBinErr  error
+)
+
+// buildSidecar builds ./cmd/elector-sidecar from the repository root once per test binary
+// ($ELECTOR_SIDECAR_BIN, if set, is used instead).
+func buildSidecar(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("ELECTOR_SIDECAR_BIN"); bin != "" {
+		return bin
+	}
+	root := repoRoot(t)
+	if m, _ := filepath.Glob(filepath.Join(root, "cmd", "elector-sidecar", "*.go")); len(m) == 0 {
+		t.Skip("cmd/elector-sidecar does not exist yet")
+	}
+	sidecarBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "elector-chart-test-")
+		if err != nil {
+			sidecarBinErr = err
+			return
+		}
+		sidecarBin = filepath.Join(dir, "elector-sidecar")
+		cmd := exec.Command("go", "build", "-o", sidecarBin, "./cmd/elector-sidecar")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			sidecarBinErr = fmt.Errorf("go build ./cmd/elector-sidecar: %v\n%s", err, out)
+		}
+	})
+	if sidecarBinErr != nil {
+		t.Fatal(sidecarBinErr)
+	}
+	return sidecarBin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// sidecarProc is one running elector-sidecar, configured like the chart's container.
+type sidecarProc struct {
+	name string
+	addr string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// startSidecar runs the sidecar binary with the environment the chart gives the container, the
+// Downward API values filled in as the kubelet would, the local API on a free loopback port, and a
+// kubeconfig for the chart's ServiceAccount (instead of the in-cluster config).
+func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns, kubeconfig string) *sidecarProc {
+	t.Helper()
+	downward := map[string]string{"metadata.name": pod, "metadata.namespace": ns, "metadata.uid": string(types.UID("uid-" + pod))}
+	addr := freeAddr(t)
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	for _, e := range container.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			if e.ValueFrom.FieldRef == nil {
+				t.Fatalf("env %s: only fieldRef is supported here", e.Name)
+			}
+			var ok bool
+			if v, ok = downward[e.ValueFrom.FieldRef.FieldPath]; !ok {
+				t.Fatalf("env %s: unknown fieldRef %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+		}
+		switch e.Name {
+		case "ELECTOR_HTTP_ADDRESS":
+			v = addr // one port per process: they share this host's loopback
+		case "ELECTOR_METRICS_ADDRESS":
+			v = freeAddr(t)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	env = append(env, "ELECTOR_KUBECONFIG="+kubeconfig)
+	cmd := exec.Command(bin, container.Args...)
+	cmd.Env = env
+	p := &sidecarProc{name: pod, addr: addr, cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- %s output:\n%s", pod, p.out.String())
+		}
+	})
+	return p
+}
+
+type leaderStatus struct {
+	IsLeader         bool   `json:"isLeader"`
+	Holder           string `json:"holder"`
+	Identity         string `json:"identity"`
+	Lease            string `json:"lease"`
+	LeaseTransitions int64  `json:"leaseTransitions"`
+	Token            int64  `json:"token"`
+}
+
+func (p *sidecarProc) leader() (leaderStatus, error) {
+	var s leaderStatus
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get("http://" + p.addr + "/leader")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("GET /leader: %s", resp.Status)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// waitFor polls cond every 100ms until it is true or timeout passes (generous: a loaded 2-core machine).
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
+}
+
+func (p *sidecarProc) waitLeader(t *testing.T, want bool) leaderStatus {
+	t.Helper()
+	var s leaderStatus
+	waitFor(t, 60*time.Second, fmt.Sprintf("%s isLeader=%v", p.name, want), func() (bool, string) {
+		var err error
+		s, err = p.leader()
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.IsLeader == want && s.Holder != "", fmt.Sprintf("%+v", s)
+	})
+	return s
+}
+
+// stop sends SIGTERM and waits for a clean exit (the sidecar releases the Lease on the way out).
+func (p *sidecarProc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Errorf("%s exited with %v after SIGTERM, want 0", p.name, err)
+		}
+		p.done <- err // for the cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit within 30s of SIGTERM", p.name)
+	}
+}
+
+func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	const ns = "elector-rbac"
+	bin := buildSidecar(t)
+	r := installChart(t, c, ns, []string{
+		"election.leaseDuration=3s", "election.renewDeadline=2s", "election.retryPeriod=500ms", "election.clockSkewMargin=200ms",
+		"sidecar.logFormat=text", "sidecar.logLevel=debug",
+	})
+	pod, _ := podSpec(t, r, "Deployment")
+	container := pod.Spec.InitContainers[0]
+	lease := envMap(&container)["ELECTOR_LEASE_NAME"]
+	kubeconfig := saKubeconfig(t, c, ns, pod.Spec.ServiceAccountName)
+
+	// The Role is all the sidecar needs: it creates the Lease and leads.
+	a := startSidecar(t, bin, container, "pod-a", ns, kubeconfig)
+	sa := a.waitLeader(t, true)
+	if sa.Holder != "pod-a" || sa.Lease != ns+"/"+lease {
+		t.Errorf("pod-a /leader = %+v, want holder pod-a of %s/%s", sa, ns, lease)
+	}
+	// From here on the guard is active (the Lease exists now; a dry-run DELETE proves the policy is loaded).
+	waitGuardActive(t, c, ns, lease)
+	b := startSidecar(t, bin, container, "pod-b", ns, kubeconfig)
+	sb := b.waitLeader(t, false)
+	if sb.Holder != "pod-a" {
+		t.Errorf("pod-b /leader = %+v, want holder pod-a", sb)
+	}
+
+	// Renewals (UPDATEs that keep leaseTransitions) pass the guard.
+	first, err := c.kube.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a renewal", func() (bool, string) {
+		l, err := c.kube.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.RenewTime != nil && first.Spec.RenewTime != nil && l.Spec.RenewTime.After(first.Spec.RenewTime.Time) &&
+			ptr.Deref(l.Spec.HolderIdentity, "") == "pod-a", fmt.Sprintf("%+v", l.Spec)
+	})
+
+	// The guard, as the cluster admin (RBAC would stop the ServiceAccount anyway).
+	testGuardRejects(t, c, ns, lease)
+
+	// Least privilege: the ServiceAccount cannot touch other Leases, or delete its own.
+	saCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saKube := kubernetes.NewForConfigOrDie(saCfg)
+	if _, err := saKube.CoordinationV1().Leases(ns).Get(ctx, "some-other-lease", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("ServiceAccount GET of another lease: %v, want Forbidden", err)
+	}
+	if err := saKube.CoordinationV1().Leases(ns).Delete(ctx, lease, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("ServiceAccount DELETE of its lease: %v, want Forbidden", err)
+	}
+	if _, err := saKube.CoordinationV1().Leases("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("ServiceAccount LIST of leases in default: %v, want Forbidden", err)
+	}
+
+	// Release (SIGTERM) and re-acquisition by pod-b (an UPDATE that raises leaseTransitions) pass the guard.
+	before, err := c.kube.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.stop(t)
+	sb = b.waitLeader(t, true)
+	after, err := c.kube.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(after.Spec.HolderIdentity, "") != "pod-b" || ptr.Deref(after.Spec.LeaseTransitions, 0) <= ptr.Deref(before.Spec.LeaseTransitions, 0) {
+		t.Errorf("after pod-a released: holder %q transitions %d (before %d), want pod-b with more transitions",
+			ptr.Deref(after.Spec.HolderIdentity, ""), ptr.Deref(after.Spec.LeaseTransitions, 0), ptr.Deref(before.Spec.LeaseTransitions, 0))
+	}
+	t.Logf("pod-b leads with token %d (leaseTransitions %d -> %d)", sb.Token, ptr.Deref(before.Spec.LeaseTransitions, 0), ptr.Deref(after.Spec.LeaseTransitions, 0))
+	b.stop(t)
+}
+
+// testGuardRejects: DELETE (single and collection) and lowering leaseTransitions are rejected with the
+// guard's message; an update that keeps leaseTransitions is allowed; the namespace controller's user is exempt.
+func testGuardRejects(t *testing.T, c *cluster, ns, lease string) {
+	t.Helper()
+	ctx := context.Background()
+	leases := c.kube.CoordinationV1().Leases(ns)
+
+	err := leases.Delete(ctx, lease, metav1.DeleteOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "guarded by elector-sidecar") {
+		t.Errorf("DELETE of the lease: %v, want Forbidden by the guard", err)
+	}
+	err = leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	if err == nil || !strings.Contains(err.Error(), "guarded by elector-sidecar") {
+		t.Errorf("DELETE of all leases in %s (DeleteCollection): %v, want rejected by the guard", ns, err)
+	}
+	if _, err := leases.Get(ctx, lease, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the lease is gone: %v", err)
+	}
+
+	// Lower leaseTransitions (a patch is an UPDATE to admission). Retry on conflicts with the sidecars.
+	patch := func(transitions *int32, label string) error {
+		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if transitions != nil {
+			l.Spec.LeaseTransitions = transitions
+		}
+		if l.Labels == nil {
+			l.Labels = map[string]string{}
+		}
+		l.Labels["test"] = label
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	}
+	retry := func(f func() error) error {
+		for {
+			if err := f(); !apierrors.IsConflict(err) {
+				return err
+			}
+		}
+	}
+	cur, err := leases.Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(cur.Spec.LeaseTransitions, 0) < 1 {
+		// Make sure there is something to lower (as an allowed increase).
+		if err := retry(func() error { return patch(ptr.To[int32](5), "raise") }); err != nil {
+			t.Fatalf("raising leaseTransitions: %v", err)
+		}
+	}
+	err = retry(func() error {
+		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return patch(ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0)-1), "lower")
+	})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "must not decrease") {
+		t.Errorf("UPDATE lowering leaseTransitions: %v, want Forbidden by the guard", err)
+	}
+	err = retry(func() error {
+		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l.Spec.LeaseTransitions = nil
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("UPDATE clearing leaseTransitions: %v, want Forbidden by the guard", err)
+	}
+	if err := retry(func() error { return patch(nil, "same") }); err != nil {
+		t.Errorf("UPDATE keeping leaseTransitions (a label): %v, want allowed", err)
+	}
+
+	// The namespace controller's user may delete (dry run: keep the lease).
+	imp := rest.CopyConfig(c.cfg)
+	imp.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:namespace-controller", Groups: []string{"system:masters"}}
+	nc := kubernetes.NewForConfigOrDie(imp)
+	if err := nc.CoordinationV1().Leases(ns).Delete(ctx, lease, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("dry-run DELETE as the namespace controller: %v, want allowed", err)
+	}
+	// Other leases in the namespace are not guarded.
+	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "unguarded", Namespace: ns}, Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr.To[int32](3)}}
+	if _, err := leases.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Delete(ctx, "unguarded", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("DELETE of another lease: %v, want allowed", err)
+	}
+}
+
+// testGuardNamespaceDeletion: once the namespace is being deleted, deleting the guarded Lease is
+// allowed (envtest has no namespace controller, so the test deletes the Lease itself, as the
+// controller would, one by one and as a collection).
+func testGuardNamespaceDeletion(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	for _, collection := range []bool{false, true} {
+		ns := "elector-nsdel-single"
+		if collection {
+			ns = "elector-nsdel-collection"
+		}
+		r := installChart(t, c, ns, nil)
+		pod, _ := podSpec(t, r, "Deployment")
+		lease := envMap(&pod.Spec.InitContainers[0])["ELECTOR_LEASE_NAME"]
+		leases := c.kube.CoordinationV1().Leases(ns)
+		if _, err := leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: lease, Namespace: ns},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("pod-a"), LeaseTransitions: ptr.To[int32](7)},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGuardActive(t, c, ns, lease)
+
+		if err := c.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil || got.DeletionTimestamp == nil {
+			t.Fatalf("namespace %s after delete: %v %+v", ns, err, got)
+		}
+		// The admission plugin reads the namespace from an informer: allow it a moment to see the deletion.
+		waitFor(t, 30*time.Second, "the lease delete in the terminating namespace to be allowed", func() (bool, string) {
+			var err error
+			if collection {
+				err = leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			} else {
+				err = leases.Delete(ctx, lease, metav1.DeleteOptions{})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, err.Error()
+			}
+			_, err = leases.Get(ctx, lease, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+		})
+	}
+}

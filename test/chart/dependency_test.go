@@ -1,0 +1,58 @@
+package chart
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestDependency: a parent chart (testdata/parent) lists elector-sidecar as a dependency, renders its
+// own Deployment with the named templates, and gets the subchart's RBAC and lease guard.
+func TestDependency(t *testing.T) {
+	parent, err := loader.Load(filepath.Join("testdata", "parent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent.AddDependency(loadChart(t)) // what `helm dependency build` would put into charts/
+
+	r := mustRender(t, renderOpts{Chart: parent})
+	pod, _ := podSpec(t, r, "Deployment")
+	const fullname = "demo-elector-sidecar"
+	if pod.Spec.ServiceAccountName != fullname {
+		t.Errorf("serviceAccountName = %q, want %q", pod.Spec.ServiceAccountName, fullname)
+	}
+	if len(pod.Spec.InitContainers) != 1 {
+		t.Fatalf("initContainers: %d, want the sidecar", len(pod.Spec.InitContainers))
+	}
+	sc := pod.Spec.InitContainers[0]
+	if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("sidecar restartPolicy = %v, want Always", sc.RestartPolicy)
+	}
+	if env := envMap(&sc); env["ELECTOR_LEASE_NAME"] != "my-app" || env["POD_NAME"] != "fieldRef:metadata.name" {
+		t.Errorf("sidecar env = %v", env)
+	}
+	if want := "ghcr.io/elector-sidecar/elector-sidecar:0.1.0"; sc.Image != want {
+		t.Errorf("sidecar image = %q, want %q (the subchart's appVersion, not the parent's)", sc.Image, want)
+	}
+	checkHardened(t, "sidecar", sc.SecurityContext)
+	if app := findContainer(pod.Spec.Containers, "my-app"); app == nil || envMap(app)["ELECTOR_URL"] != "http://127.0.0.1:4040" {
+		t.Errorf("my-app container = %+v", app)
+	}
+	// The subchart renders RBAC for the lease and the guard, and no workload of its own.
+	if r.has("StatefulSet") || len(r.kinds()) != 6 {
+		t.Errorf("objects = %v, want my-app's Deployment + ServiceAccount, Role, RoleBinding, policy, binding", r.kinds())
+	}
+	checkGuard(t, r, "my-app")
+	if !strings.Contains(r.Manifest, `resourceNames: ["my-app"]`) {
+		t.Errorf("Role does not name the lease my-app")
+	}
+
+	// Bad subchart values fail the parent's render with the subchart's message.
+	if _, err := render(t, renderOpts{Chart: parent, Set: []string{"elector-sidecar.election.renewDeadline=20s"}}); err == nil ||
+		!strings.Contains(err.Error(), "must be shorter than election.leaseDuration") {
+		t.Errorf("bad subchart values: err = %v", err)
+	}
+}
