@@ -415,6 +415,19 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	waitGuardActive(t, c, ns, lease)
 	b := startSidecar(t, bin, container, "pod-b", ns, kubeconfig)
 	sb := b.waitLeader(t, false)
+	// The chart's exec probes work against a running sidecar (the image's /elector-sidecar is this binary).
+	for _, p := range []*corev1.Probe{container.StartupProbe, container.LivenessProbe, container.ReadinessProbe} {
+		argv := append([]string(nil), p.Exec.Command...)
+		argv[0] = bin
+		for i, a := range argv {
+			if strings.HasPrefix(a, "--http-address=") {
+				argv[i] = "--http-address=" + b.addr // each test process has its own port
+			}
+		}
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Errorf("probe %v: %v\n%s", p.Exec.Command, err, out)
+		}
+	}
 	if sb.Holder != "pod-a" {
 		t.Errorf("pod-b /leader = %+v, want holder pod-a", sb)
 	}
