@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The chaos soak (not part of CI): 5 elector-sidecar candidates on one Lease against a local etcd +
+# kube-apiserver, a fenced writer per candidate writing as fast as it can, and random SIGKILL,
+# SIGSTOP+SIGCONT, SIGTERM, restarts, apiserver restarts and Lease deletions. Prints writes
+# attempted/accepted/rejected as stale, leader changes, the max token and the invariant results;
+# exits non-zero if an invariant broke.
+#
+#   hack/chaos.sh [DURATION] [test/chaos flags...]     DURATION default 2m, e.g. hack/chaos.sh 10m --seed 42
+set -o errexit -o nounset -o pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ELECTOR_ROOT"
+
+duration="2m"
+if [[ $# -gt 0 && "$1" != -* ]]; then
+  duration="$1"
+  shift
+fi
+
+if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
+  hack/build-binaries.sh kube-apiserver kubectl etcd
+  KUBEBUILDER_ASSETS="$(hack/build-binaries.sh --print-dir)"
+  export KUBEBUILDER_ASSETS
+fi
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-chaos-run.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/chaos" ./test/chaos
+"$tmp/chaos" --duration="$duration" "$@"

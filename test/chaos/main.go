@@ -1,0 +1,625 @@
+// Command chaos is the elector-sidecar soak (hack/chaos.sh, `make chaos`):
+// several elector-sidecar candidates on one Lease against a real etcd +
+// kube-apiserver, a fenced writer per candidate that writes with its token as
+// fast as it can, and random faults: SIGKILL, SIGSTOP+SIGCONT (the writer is
+// frozen with its token too, and writes late), SIGTERM, restarts with the
+// same identity, apiserver restarts and Lease deletions. At the end it prints
+// the counts and checks the invariants:
+//
+//  1. the store never accepted a write with a token lower than one it had accepted before;
+//  2. no two processes ever served a valid token at overlapping instants (the /token sampler);
+//  3. tokens served later are greater (the sampler, per term);
+//  4. every accepted token was used by one process only.
+//
+// It exits 1 if an invariant broke, 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
+)
+
+type options struct {
+	duration   time.Duration
+	candidates int
+	faultEvery time.Duration
+	seed       uint64
+	timings    framework.Timings
+	keepLogs   bool
+}
+
+func main() {
+	o := options{}
+	flag.DurationVar(&o.duration, "duration", 2*time.Minute, "how long to inject faults")
+	flag.IntVar(&o.candidates, "candidates", 5, "number of elector-sidecar candidates")
+	flag.DurationVar(&o.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
+	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
+	flag.DurationVar(&o.timings.LeaseDuration, "lease-duration", 3*time.Second, "sidecars' --lease-duration")
+	flag.DurationVar(&o.timings.RenewDeadline, "renew-deadline", 2*time.Second, "sidecars' --renew-deadline")
+	flag.DurationVar(&o.timings.RetryPeriod, "retry-period", 500*time.Millisecond, "sidecars' --retry-period")
+	flag.DurationVar(&o.timings.ClockSkewMargin, "clock-skew-margin", 200*time.Millisecond, "sidecars' --clock-skew-margin")
+	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep process logs even if every invariant held")
+	flag.Parse()
+	if flag.NArg() > 0 || o.duration <= 0 || o.candidates < 3 || o.faultEvery <= 0 {
+		fmt.Fprintln(os.Stderr, "chaos: want --duration > 0, --candidates >= 3, --fault-every > 0 and no arguments")
+		os.Exit(2)
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ok, err := run(ctx, o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: FAILED:", err)
+		os.Exit(1)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// slot is one candidate identity: its current process and its writer's state.
+type slot struct {
+	id      string
+	mu      sync.Mutex
+	down    bool          // killed or terminated, waiting for its restart
+	paused  bool          // SIGSTOPped
+	resume  chan struct{} // closed on SIGCONT
+	pending bool          // a fault is in progress on this slot
+	// the writer's last token, when it got it, and from which process
+	lastToken    int64
+	lastTokenAt  time.Time
+	lastInstance string
+}
+
+type soak struct {
+	o      options
+	rng    *rand.Rand
+	rngMu  sync.Mutex
+	start  time.Time
+	cp     *framework.ControlPlane
+	g      *framework.Group
+	ns     string
+	store  *fencedhttp.Server
+	url    string
+	slots  []*slot
+	faults sync.Map // kind -> *atomic.Int64
+
+	attempted, accepted, stale, writeErrs atomic.Int64
+	apiDown                               atomic.Bool
+	bg                                    sync.WaitGroup
+}
+
+func (s *soak) logf(format string, a ...any) {
+	fmt.Printf("[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, a...))
+}
+
+func (s *soak) intn(n int) int {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.IntN(n)
+}
+
+func (s *soak) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.intn(int(hi-lo)+1))
+}
+
+func (s *soak) count(kind string) {
+	v, _ := s.faults.LoadOrStore(kind, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func run(ctx context.Context, o options) (bool, error) {
+	s := &soak{o: o, rng: rand.New(rand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now()}
+	logDir, err := os.MkdirTemp("", "elector-chaos-")
+	if err != nil {
+		return false, err
+	}
+	s.logf("chaos soak: %d candidates, %v of faults (mean every %v), seed %d, timings %+v; logs in %s",
+		o.candidates, o.duration, o.faultEvery, o.seed, o.timings, logDir)
+	bins, err := framework.BuildBinaries(framework.SidecarPackage)
+	if err != nil {
+		return false, err
+	}
+	defer framework.CleanupBinaries()
+	s.cp, err = framework.StartControlPlane(framework.ControlPlaneOptions{Dir: filepath.Join(logDir, "controlplane")})
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = s.cp.Stop() }()
+	s.ns, err = s.cp.CreateNamespace(ctx, "chaos")
+	if err != nil {
+		return false, err
+	}
+
+	s.store = fencedhttp.NewServer(fencing.NewMemory())
+	var stopStore func()
+	s.url, stopStore, err = fencedhttp.Listen("127.0.0.1:0", s.store)
+	if err != nil {
+		return false, err
+	}
+	defer stopStore()
+
+	s.g = framework.NewGroup(framework.CandidateSpec{
+		Binary:     bins[framework.SidecarPackage],
+		LeaseName:  "chaos",
+		Namespace:  s.ns,
+		Kubeconfig: s.cp.Kubeconfig,
+		Timings:    o.timings,
+		LogDir:     logDir,
+	})
+	defer s.g.StopAll(3 * time.Second)
+	for i := 0; i < o.candidates; i++ {
+		sl := &slot{id: fmt.Sprintf("cand-%d", i)}
+		s.slots = append(s.slots, sl)
+		if _, err := s.g.Start(ctx, sl.id); err != nil {
+			return false, err
+		}
+	}
+	if _, _, err := s.g.WaitForLeader(ctx, 30*time.Second); err != nil {
+		return false, err
+	}
+	s.logf("first leader elected; starting writers and faults")
+
+	wctx, stopWriters := context.WithCancel(context.Background())
+	var writers sync.WaitGroup
+	for _, sl := range s.slots {
+		writers.Add(1)
+		go func(sl *slot) { defer writers.Done(); s.writer(wctx, sl) }(sl)
+	}
+
+	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
+	s.faultLoop(fctx)
+	stopFaults()
+	s.logf("faults over; letting pending faults finish and the group settle")
+	s.bg.Wait()
+	if err := s.cp.StartAPIServer(); err != nil {
+		s.logf("restarting the apiserver: %v", err)
+	}
+	if _, _, err := s.g.WaitForLeader(context.Background(), 30*time.Second); err != nil {
+		s.logf("no leader after the soak: %v", err)
+	}
+	time.Sleep(o.timings.LeaseDuration)
+	stopWriters()
+	writers.Wait()
+	s.g.Sampler.Stop()
+
+	ok := s.report()
+	if ok && !o.keepLogs && ctx.Err() == nil {
+		defer os.RemoveAll(logDir)
+	} else {
+		s.logf("process logs kept in %s", logDir)
+	}
+	if ctx.Err() != nil {
+		return ok, errors.New("interrupted")
+	}
+	return ok, nil
+}
+
+// writer writes with its candidate's token as fast as it can. If its
+// candidate is paused after it got a token, it freezes too and writes late.
+func (s *soak) writer(ctx context.Context, sl *slot) {
+	var client *fencedhttp.Client
+	var cur *framework.Candidate
+	seq := 0
+	for ctx.Err() == nil {
+		c := s.g.Get(sl.id)
+		if c == nil || c.Exited() {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if c != cur {
+			cur, client = c, fencedhttp.NewClient(s.url, c.Instance)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		r := c.Token(rctx)
+		cancel()
+		if !r.Valid() {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		sl.mu.Lock()
+		resume := sl.resume
+		paused := sl.paused
+		sl.lastToken, sl.lastTokenAt, sl.lastInstance = r.Token, time.Now(), c.Instance
+		sl.mu.Unlock()
+		if paused && resume != nil {
+			select { // frozen with a token in hand, like its process
+			case <-resume:
+			case <-ctx.Done():
+				return
+			}
+		}
+		seq++
+		s.attempted.Add(1)
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := client.Write(wctx, r.Token, []byte(fmt.Sprintf("%s #%d token %d", c.Instance, seq, r.Token)))
+		wcancel()
+		switch {
+		case err == nil:
+			s.accepted.Add(1)
+		case errors.Is(err, fencing.ErrStaleToken):
+			s.stale.Add(1)
+		default:
+			if ctx.Err() == nil {
+				s.writeErrs.Add(1)
+			}
+		}
+	}
+}
+
+// faultLoop injects a random fault every ~faultEvery until ctx ends.
+func (s *soak) faultLoop(ctx context.Context) {
+	next := time.Now()
+	lastReport := time.Now()
+	for {
+		wait := s.dur(s.o.faultEvery/2, s.o.faultEvery*3/2)
+		next = next.Add(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		s.inject(ctx)
+		if time.Since(lastReport) > 10*time.Second {
+			lastReport = time.Now()
+			s.logf("progress: writes %d (accepted %d, stale %d, errors %d), highest token %d",
+				s.attempted.Load(), s.accepted.Load(), s.stale.Load(), s.writeErrs.Load(), s.highest())
+		}
+	}
+}
+
+func (s *soak) highest() int64 {
+	h, _, _ := s.store.Read(context.Background())
+	return h
+}
+
+// pick returns a slot that is up and has no fault in progress, preferring
+// the leader half of the time; nil if none.
+func (s *soak) pick(ctx context.Context) *slot {
+	var candidates []*slot
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		ok := !sl.down && !sl.pending
+		sl.mu.Unlock()
+		if ok {
+			candidates = append(candidates, sl)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	if s.intn(2) == 0 {
+		for _, l := range s.g.Leaders(ctx) {
+			for _, sl := range candidates {
+				if sl.id == l.Identity() {
+					return sl
+				}
+			}
+		}
+	}
+	return candidates[s.intn(len(candidates))]
+}
+
+// up counts slots that are not killed or terminated.
+func (s *soak) up() int {
+	n := 0
+	for _, sl := range s.slots {
+		sl.mu.Lock()
+		if !sl.down {
+			n++
+		}
+		sl.mu.Unlock()
+	}
+	return n
+}
+
+func (s *soak) inject(ctx context.Context) {
+	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete"}
+	weights := []int{3, 3, 2, 2, 1, 1}
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	r := s.intn(total)
+	kind := kinds[0]
+	for i, w := range weights {
+		if r < w {
+			kind = kinds[i]
+			break
+		}
+		r -= w
+	}
+	switch kind {
+	case "apiserver-restart":
+		if s.apiDown.Load() {
+			return
+		}
+		s.apiDown.Store(true)
+		s.count(kind)
+		down := s.dur(time.Second, 2*s.o.timings.LeaseDuration)
+		crash := s.intn(2) == 0
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			defer s.apiDown.Store(false)
+			var err error
+			if crash {
+				err = s.cp.KillAPIServer()
+			} else {
+				err = s.cp.StopAPIServer(time.Second)
+			}
+			s.logf("fault: apiserver %s for %v (%v)", map[bool]string{true: "SIGKILLed", false: "stopped"}[crash], down.Round(time.Millisecond), err)
+			time.Sleep(down)
+			if err := s.cp.StartAPIServer(); err != nil {
+				s.logf("apiserver restart failed: %v", err)
+			}
+		}()
+		return
+	case "lease-delete":
+		if s.apiDown.Load() {
+			return
+		}
+		s.count(kind)
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := s.cp.Client.CoordinationV1().Leases(s.ns).Delete(dctx, "chaos", metav1.DeleteOptions{})
+		cancel()
+		s.logf("fault: Lease deleted (%v)", err)
+		return
+	}
+	sl := s.pick(ctx)
+	if sl == nil {
+		return
+	}
+	c := s.g.Get(sl.id)
+	// Keep at least two candidates up, so the fencing token never goes
+	// backwards (the contract: while any candidate that saw the Lease runs).
+	if (kind == "sigkill" || kind == "sigterm") && s.up() <= 2 {
+		kind = "sigstop"
+	}
+	s.count(kind)
+	sl.mu.Lock()
+	sl.pending = true
+	sl.mu.Unlock()
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer func() { sl.mu.Lock(); sl.pending = false; sl.mu.Unlock() }()
+		switch kind {
+		case "sigstop":
+			d := s.dur(s.o.timings.RetryPeriod, 2*s.o.timings.LeaseDuration)
+			if leading := c.Token(context.Background()); leading.Valid() && s.intn(4) != 0 {
+				// mostly long enough for a takeover, so the late write meets a higher token
+				d = s.dur(s.o.timings.LeaseDuration+time.Second, 2*s.o.timings.LeaseDuration+time.Second)
+			}
+			_ = c.Pause()
+			sl.mu.Lock()
+			sl.paused, sl.resume = true, make(chan struct{})
+			// Was the writer busy writing with a token when the pod froze?
+			inFlight := sl.lastInstance == c.Instance && time.Since(sl.lastTokenAt) < 200*time.Millisecond
+			heldToken := sl.lastToken
+			sl.mu.Unlock()
+			s.logf("fault: SIGSTOP %s for %v", c.Instance, d.Round(time.Millisecond))
+			time.Sleep(d)
+			_ = c.Resume()
+			sl.mu.Lock()
+			sl.paused = false
+			close(sl.resume)
+			sl.mu.Unlock()
+			if inFlight {
+				s.lateWrite(c.Instance, heldToken)
+			}
+		case "sigkill", "sigterm":
+			sl.mu.Lock()
+			sl.down = true
+			sl.mu.Unlock()
+			if kind == "sigkill" {
+				_ = c.Kill()
+			} else {
+				_ = c.Terminate()
+			}
+			code, _ := c.Wait(5 * time.Second)
+			d := s.dur(0, 2*s.o.timings.LeaseDuration)
+			s.logf("fault: %s %s (exit %d), restart in %v", strings.ToUpper(kind), c.Instance, code, d.Round(time.Millisecond))
+			time.Sleep(d)
+			s.restart(sl)
+		case "restart":
+			_ = c.Terminate()
+			code, _ := c.Wait(5 * time.Second)
+			s.logf("fault: restart %s (exit %d)", c.Instance, code)
+			s.restart(sl)
+		}
+	}()
+}
+
+// lateWrite sends the write a frozen writer had in flight, with the token it
+// held before the pause.
+func (s *soak) lateWrite(instance string, token int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.attempted.Add(1)
+	err := fencedhttp.NewClient(s.url, instance).Write(ctx, token, []byte(fmt.Sprintf("%s late write token %d", instance, token)))
+	result := "accepted (nobody took over during the pause)"
+	switch {
+	case err == nil:
+		s.accepted.Add(1)
+	case errors.Is(err, fencing.ErrStaleToken):
+		s.stale.Add(1)
+		result = "rejected as stale: " + err.Error()
+	default:
+		s.writeErrs.Add(1)
+		result = "error: " + err.Error()
+	}
+	s.logf("late write by %s with token %d after the pause: %s", instance, token, result)
+}
+
+func (s *soak) restart(sl *slot) {
+	for attempt := 0; attempt < 3; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := s.g.Start(ctx, sl.id)
+		cancel()
+		if err == nil {
+			break
+		}
+		s.logf("restart %s: %v", sl.id, err)
+	}
+	sl.mu.Lock()
+	sl.down = false
+	sl.mu.Unlock()
+}
+
+// report prints the counts and checks the invariants; false if one broke.
+func (s *soak) report() bool {
+	terms := s.g.Sampler.Terms()
+	samples := s.g.Sampler.Samples()
+	writes := s.store.Writes()
+
+	type key struct {
+		target string
+		token  int64
+	}
+	leaderships := map[key]bool{}
+	var maxTok int64
+	for _, t := range terms {
+		leaderships[key{t.Target, t.Token}] = true
+		maxTok = max(maxTok, t.Token)
+	}
+	maxTok = max(maxTok, s.highest())
+
+	// Time with a leader: the union of the narrow term windows.
+	var covered time.Duration
+	var end time.Time
+	for _, t := range terms {
+		a, b := t.FirstRecv, t.LastSent
+		if !b.After(a) {
+			continue
+		}
+		if a.Before(end) {
+			a = end
+		}
+		if b.After(a) {
+			covered += b.Sub(a)
+			end = b
+		}
+	}
+	span := time.Duration(0)
+	if len(samples) > 0 {
+		span = samples[len(samples)-1].Received.Sub(s.g.Sampler.Start)
+	}
+
+	var faultNames []string
+	s.faults.Range(func(k, v any) bool {
+		faultNames = append(faultNames, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	sort.Strings(faultNames)
+
+	fmt.Println()
+	fmt.Println("==== chaos soak results ====")
+	fmt.Printf("duration            %v (faults for %v, seed %d)\n", time.Since(s.start).Round(time.Second), s.o.duration, s.o.seed)
+	fmt.Printf("faults              %s\n", strings.Join(faultNames, ", "))
+	fmt.Printf("processes started   %d\n", len(s.g.All()))
+	fmt.Printf("writes attempted    %d\n", s.attempted.Load())
+	fmt.Printf("writes accepted     %d\n", s.accepted.Load())
+	fmt.Printf("rejected as stale   %d\n", s.stale.Load())
+	fmt.Printf("other write errors  %d\n", s.writeErrs.Load())
+	fmt.Printf("leader changes      %d (distinct process+token terms: %d)\n", max(len(leaderships)-1, 0), len(leaderships))
+	fmt.Printf("max token           %d\n", maxTok)
+	fmt.Printf("/token samples      %d\n", len(samples))
+	if span > 0 {
+		fmt.Printf("time with a leader  %.1f%% of %v\n", 100*covered.Seconds()/span.Seconds(), span.Round(time.Second))
+	}
+
+	ok := true
+	check := func(name string, problems []string) {
+		if len(problems) == 0 {
+			fmt.Printf("invariant OK        %s\n", name)
+			return
+		}
+		ok = false
+		fmt.Printf("invariant BROKEN    %s: %d violation(s)\n", name, len(problems))
+		for i, p := range problems {
+			if i == 10 {
+				fmt.Printf("    ... and %d more\n", len(problems)-10)
+				break
+			}
+			fmt.Printf("    %s\n", p)
+		}
+	}
+
+	// 1. accepted writes in commit order never go down in token.
+	var accepted []fencedhttp.Write
+	for _, w := range writes {
+		if w.Accepted {
+			accepted = append(accepted, w)
+		}
+	}
+	sort.Slice(accepted, func(i, j int) bool { return accepted[i].Seq < accepted[j].Seq })
+	var p1 []string
+	var high int64
+	for _, w := range accepted {
+		if w.Token < high {
+			p1 = append(p1, fmt.Sprintf("commit #%d by %s with token %d after token %d", w.Seq, w.Writer, w.Token, high))
+		}
+		high = max(high, w.Token)
+	}
+	check("no accepted write with a token lower than one accepted before", p1)
+
+	// 2. and 3. the sampler.
+	var p2, p3 []string
+	for _, v := range framework.CheckNoOverlap(terms, s.g.Sampler.Start) {
+		p2 = append(p2, v.Detail)
+	}
+	check("no overlap of valid-token intervals between processes", p2)
+	for _, v := range framework.CheckTokenOrder(terms, s.g.Sampler.Start) {
+		p3 = append(p3, v.Detail)
+	}
+	check("tokens served later are greater", p3)
+
+	// 4. one process per accepted token.
+	byToken := map[int64]map[string]bool{}
+	for _, w := range accepted {
+		if byToken[w.Token] == nil {
+			byToken[w.Token] = map[string]bool{}
+		}
+		byToken[w.Token][w.Writer] = true
+	}
+	var p4 []string
+	for tok, ws := range byToken {
+		if len(ws) > 1 {
+			var names []string
+			for n := range ws {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			p4 = append(p4, fmt.Sprintf("token %d accepted from %v", tok, names))
+		}
+	}
+	sort.Strings(p4)
+	check("every accepted token came from one process", p4)
+	if !ok {
+		fmt.Println("terms:")
+		fmt.Print(framework.FormatTerms(terms, s.g.Sampler.Start))
+	}
+	fmt.Println(map[bool]string{true: "RESULT: PASS", false: "RESULT: FAIL"}[ok])
+	return ok
+}
