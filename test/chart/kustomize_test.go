@@ -1,6 +1,8 @@
 package chart
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,6 +53,32 @@ func TestKustomizeBuilds(t *testing.T) {
 			r := kustomize(t, tt.dir)
 			if got := strings.Join(r.kinds(), " "); got != strings.Join(tt.kinds, " ") {
 				t.Errorf("objects:\n got  %s\n want %s", got, strings.Join(tt.kinds, " "))
+			}
+			// The real `kubectl kustomize` (built by hack/build-binaries.sh) renders the same.
+			kubectl := filepath.Join(cacheBin(), "kubectl")
+			if _, err := os.Stat(kubectl); err != nil {
+				t.Logf("no %s: checked with the kustomize library only", kubectl)
+				return
+			}
+			out, err := exec.Command(kubectl, "kustomize", filepath.Join(repoRoot(t), "config", tt.dir)).Output()
+			if err != nil {
+				t.Fatalf("kubectl kustomize config/%s: %v", tt.dir, err)
+			}
+			objs, err := decodeManifest(string(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			byName := map[string]string{}
+			for _, o := range r.Objects {
+				byName[o.GetKind()+"/"+o.GetName()] = mustYAML(t, o.Object)
+			}
+			if len(objs) != len(byName) {
+				t.Errorf("kubectl kustomize config/%s: %d objects, the library %d", tt.dir, len(objs), len(byName))
+			}
+			for _, o := range objs {
+				if got := mustYAML(t, o.Object); got != byName[o.GetKind()+"/"+o.GetName()] {
+					t.Errorf("kubectl kustomize config/%s: %s/%s differs from the library's:\n%s", tt.dir, o.GetKind(), o.GetName(), got)
+				}
 			}
 		})
 	}
