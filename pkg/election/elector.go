@@ -359,22 +359,22 @@ func (e *Elector) step(ctx context.Context) time.Time {
 			if !now.Before(e.nextRenew) {
 				e.renew(ctx)
 			}
-		} else if at := e.acquireAt(); !at.IsZero() && !now.Before(at) {
+		} else if at := e.acquireAt(now); !at.IsZero() && !now.Before(at) {
 			e.acquire(ctx)
 		}
 	}
-	return e.nextWake()
+	return e.nextWake(now)
 }
 
 // acquireAt is when a follower may try to take the Lease (zero: not now,
 // wait for an event).
-func (e *Elector) acquireAt() time.Time {
+func (e *Elector) acquireAt(now time.Time) time.Time {
 	if e.needRefresh {
 		return time.Time{}
 	}
 	if e.obs == nil {
 		if !e.everSeen || e.freeToTake {
-			return laterOf(e.clock.Now(), e.holdOff)
+			return laterOf(now, e.holdOff)
 		}
 		// The Lease we saw was deleted: its holder may still think it
 		// leads. Wait out a lease duration from the deletion.
@@ -389,7 +389,7 @@ func (e *Elector) acquireAt() time.Time {
 	return laterOf(e.obsTime.Add(d), e.holdOff)
 }
 
-func (e *Elector) nextWake() time.Time {
+func (e *Elector) nextWake(now time.Time) time.Time {
 	var wake time.Time
 	if e.needRefresh {
 		wake = earliest(wake, e.refreshAt)
@@ -397,7 +397,7 @@ func (e *Elector) nextWake() time.Time {
 	if e.inTerm {
 		wake = earliest(wake, laterOf(e.nextRenew, e.retryAt))
 		wake = earliest(wake, e.lastRenew.Add(e.cfg.RenewDeadline))
-	} else if at := e.acquireAt(); !at.IsZero() {
+	} else if at := e.acquireAt(now); !at.IsZero() {
 		wake = earliest(wake, laterOf(at, e.retryAt))
 	}
 	return wake
@@ -486,6 +486,8 @@ func (e *Elector) renew(ctx context.Context) {
 		e.metrics.apiError("update")
 		e.refresh(ctx)
 	}
+	// Two conflicts in a row: back off instead of spinning on the Lease.
+	e.retryAt = e.clock.Now().Add(e.cfg.RetryPeriod / 4)
 }
 
 // renewed starts a new validity window from the instant the successful
@@ -526,9 +528,11 @@ func (e *Elector) writeFailed(verb, what string, err error) {
 		e.log.Debug(what+" lost a race", "err", err)
 		e.needRefresh = true
 		e.refreshAt = now.Add(e.cfg.RetryPeriod)
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) && verb == "update":
 		e.observe(nil, "lease deleted")
+		e.retryAt = now.Add(e.cfg.RetryPeriod)
 	default:
+		// Includes NotFound on create: the namespace does not exist.
 		e.log.Warn(what+" failed", "err", err)
 		e.retryAt = now.Add(e.cfg.RetryPeriod)
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -96,11 +97,16 @@ type candidate struct {
 
 func (h *harness) start(id string) *candidate {
 	h.t.Helper()
+	return h.startWith(id, h.clock)
+}
+
+func (h *harness) startWith(id string, clk clock.WithTicker) *candidate {
+	h.t.Helper()
 	reg := prometheus.NewRegistry()
 	e, err := New(Config{
 		Client: h.client, Namespace: ns, Name: lease, Identity: id,
 		LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp, ClockSkewMargin: skew,
-		Clock: h.clock, Logger: testLogger(), Registerer: reg,
+		Clock: clk, Logger: testLogger(), Registerer: reg,
 	})
 	if err != nil {
 		h.t.Fatalf("New(%s): %v", id, err)
@@ -556,4 +562,66 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// TestRealClockElectsAndRenews runs two candidates on the real clock: the
+// fake clock never moves between two reads, the real one always does.
+func TestRealClockElectsAndRenews(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	writes := 0
+	h.client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "update" || a.GetVerb() == "create" {
+			mu.Lock()
+			writes++
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	a := h.startWith("a", clock.RealClock{})
+	b := h.startWith("b", clock.RealClock{})
+	h.eventually("a leader", func() bool { return a.Status().IsLeader || b.Status().IsLeader })
+	leader := a
+	if b.Status().IsLeader {
+		leader = b
+	}
+	tok := leader.Status().Token
+	h.eventually("a renewal", func() bool { mu.Lock(); defer mu.Unlock(); return writes >= 3 })
+	mu.Lock()
+	n := writes
+	mu.Unlock()
+	// A busy loop would write far more often than once per retry period.
+	time.Sleep(4 * rp)
+	mu.Lock()
+	if extra := writes - n; extra > 20 {
+		t.Fatalf("%d writes in %v: the loop spins", extra, 4*rp)
+	}
+	mu.Unlock()
+	if s := leader.Status(); s.Token != tok {
+		t.Fatalf("token changed from %d to %d while renewing", tok, s.Token)
+	}
+}
+
+func TestCreateInMissingNamespaceBacksOff(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	creates := 0
+	h.client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		creates++
+		mu.Unlock()
+		return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, ns)
+	})
+	a := h.start("a")
+	h.eventually("first create", func() bool { mu.Lock(); defer mu.Unlock(); return creates == 1 })
+	h.settle()
+	mu.Lock()
+	if creates != 1 {
+		t.Fatalf("%d creates without the clock moving: no back-off", creates)
+	}
+	mu.Unlock()
+	h.advanceUntil("retry after the retry period", 2*rp, func() bool { mu.Lock(); defer mu.Unlock(); return creates == 2 })
+	if a.Status().IsLeader {
+		t.Fatal("leader without a Lease")
+	}
 }
