@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -207,41 +207,53 @@ func saKubeconfig(t *testing.T, c *cluster, ns, sa string) string {
 }
 
 var (
-	sidecarBinOnce sync.Once
-	sidecarBin     string
-	sidecarBinErr  error
+	buildMu   sync.Mutex
+	buildBins = map[string]string{}
+	buildDirs []string // removed by TestMain
 )
 
-// buildSidecar builds ./cmd/elector-sidecar from the repository root once per test binary
-// ($ELECTOR_SIDECAR_BIN, if set, is used instead).
-func buildSidecar(t *testing.T) string {
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range buildDirs {
+		_ = os.RemoveAll(d)
+	}
+	os.Exit(code)
+}
+
+// buildCmd builds ./cmd/NAME from the repository root once per test binary; $envVar, if set, names a
+// prebuilt binary instead.
+func buildCmd(t *testing.T, name, envVar string) string {
 	t.Helper()
-	if bin := os.Getenv("ELECTOR_SIDECAR_BIN"); bin != "" {
+	if bin := os.Getenv(envVar); bin != "" {
 		return bin
 	}
 	root := repoRoot(t)
-	if m, _ := filepath.Glob(filepath.Join(root, "cmd", "elector-sidecar", "*.go")); len(m) == 0 {
-		t.Skip("cmd/elector-sidecar does not exist yet")
+	if m, _ := filepath.Glob(filepath.Join(root, "cmd", name, "*.go")); len(m) == 0 {
+		t.Skipf("cmd/%s does not exist yet", name)
 	}
-	sidecarBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "elector-chart-test-")
-		if err != nil {
-			sidecarBinErr = err
-			return
-		}
-		sidecarBin = filepath.Join(dir, "elector-sidecar")
-		cmd := exec.Command("go", "build", "-o", sidecarBin, "./cmd/elector-sidecar")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			sidecarBinErr = fmt.Errorf("go build ./cmd/elector-sidecar: %v\n%s", err, out)
-		}
-	})
-	if sidecarBinErr != nil {
-		t.Fatal(sidecarBinErr)
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := buildBins[name]; ok {
+		return bin
 	}
-	return sidecarBin
+	dir, err := os.MkdirTemp("", "elector-chart-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	buildDirs = append(buildDirs, dir)
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+	}
+	buildBins[name] = bin
+	return bin
 }
+
+// buildSidecar: ./cmd/elector-sidecar, or $ELECTOR_SIDECAR_BIN.
+func buildSidecar(t *testing.T) string { return buildCmd(t, "elector-sidecar", "ELECTOR_SIDECAR_BIN") }
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -274,14 +286,13 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// startSidecar runs the sidecar binary with the environment the chart gives the container, the
-// Downward API values filled in as the kubelet would, the local API on a free loopback port, and a
-// kubeconfig for the chart's ServiceAccount (instead of the in-cluster config).
-func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns, kubeconfig string) *sidecarProc {
+// startContainer runs bin with the environment the chart gives container (the Downward API values
+// filled in as the kubelet would for pod in ns), its args, and the overrides (replacing or adding env
+// vars: per-process ports, and credentials instead of the in-cluster config).
+func startContainer(t *testing.T, bin string, container corev1.Container, pod, ns string, overrides map[string]string) *sidecarProc {
 	t.Helper()
-	downward := map[string]string{"metadata.name": pod, "metadata.namespace": ns, "metadata.uid": string(types.UID("uid-" + pod))}
-	addr := freeAddr(t)
-	env := []string{"PATH=" + os.Getenv("PATH")}
+	downward := map[string]string{"metadata.name": pod, "metadata.namespace": ns, "metadata.uid": "uid-" + pod}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	for _, e := range container.Env {
 		v := e.Value
 		if e.ValueFrom != nil {
@@ -293,18 +304,19 @@ func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns,
 				t.Fatalf("env %s: unknown fieldRef %s", e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
 		}
-		switch e.Name {
-		case "ELECTOR_HTTP_ADDRESS":
-			v = addr // one port per process: they share this host's loopback
-		case "ELECTOR_METRICS_ADDRESS":
-			v = freeAddr(t)
+		if o, ok := overrides[e.Name]; ok {
+			v = o
 		}
 		env = append(env, e.Name+"="+v)
 	}
-	env = append(env, "ELECTOR_KUBECONFIG="+kubeconfig)
+	for k, v := range overrides {
+		if !slices.ContainsFunc(container.Env, func(e corev1.EnvVar) bool { return e.Name == k }) {
+			env = append(env, k+"="+v)
+		}
+	}
 	cmd := exec.Command(bin, container.Args...)
 	cmd.Env = env
-	p := &sidecarProc{name: pod, addr: addr, cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &sidecarProc{name: pod + "/" + container.Name, addr: overrides["ELECTOR_HTTP_ADDRESS"], cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -312,16 +324,28 @@ func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns,
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		select {
-		case <-p.done:
+		case err := <-p.done:
+			p.done <- err
 		default:
 			_ = cmd.Process.Kill()
-			<-p.done
+			p.done <- <-p.done
 		}
 		if t.Failed() {
-			t.Logf("--- %s output:\n%s", pod, p.out.String())
+			t.Logf("--- %s output:\n%s", p.name, p.out.String())
 		}
 	})
 	return p
+}
+
+// startSidecar runs the sidecar as the chart configures it, with its local API on a free loopback port
+// and the given kubeconfig (the chart's ServiceAccount) instead of the in-cluster config.
+func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns, kubeconfig string) *sidecarProc {
+	t.Helper()
+	return startContainer(t, bin, container, pod, ns, map[string]string{
+		"ELECTOR_HTTP_ADDRESS":    freeAddr(t), // the processes share this host's loopback
+		"ELECTOR_METRICS_ADDRESS": freeAddr(t),
+		"ELECTOR_KUBECONFIG":      kubeconfig,
+	})
 }
 
 type leaderStatus struct {
@@ -430,6 +454,34 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	}
 	if sb.Holder != "pod-a" {
 		t.Errorf("pod-b /leader = %+v, want holder pod-a", sb)
+	}
+
+	// The demo app, as the chart runs it next to each sidecar, writes to its fenced ConfigMap store
+	// with the same ServiceAccount: the Role covers it (create, then get/update by name).
+	{
+		demoBin := buildCmd(t, "elector-demo", "ELECTOR_DEMO_BIN")
+		app := *findContainer(pod.Spec.Containers, "app")
+		if !slices.Equal(app.Command, []string{"/elector-demo"}) {
+			t.Fatalf("app command = %q, want /elector-demo", app.Command)
+		}
+		demoA := startContainer(t, demoBin, app, "pod-a", ns, map[string]string{"ELECTOR_DEMO_SIDECAR": "http://" + a.addr, "KUBECONFIG": kubeconfig})
+		demoB := startContainer(t, demoBin, app, "pod-b", ns, map[string]string{"ELECTOR_DEMO_SIDECAR": "http://" + b.addr, "KUBECONFIG": kubeconfig})
+		waitFor(t, 60*time.Second, "the demo next to the leader to write (result=accepted)", func() (bool, string) {
+			return strings.Contains(demoA.out.String(), "result=accepted"), demoA.out.String()
+		})
+		waitFor(t, 60*time.Second, "the demo next to the follower to skip (result=not-leader)", func() (bool, string) {
+			return strings.Contains(demoB.out.String(), "result=not-leader"), demoB.out.String()
+		})
+		store := strings.TrimPrefix(envMap(&app)["ELECTOR_DEMO_STORE"], "configmap:"+ns+"/")
+		if _, err := c.kube.CoreV1().ConfigMaps(ns).Get(ctx, store, metav1.GetOptions{}); err != nil {
+			t.Errorf("demo store ConfigMap %s: %v", store, err)
+		}
+		for _, d := range []*sidecarProc{demoA, demoB} {
+			if strings.Contains(d.out.String(), "forbidden") {
+				t.Errorf("%s hit RBAC: %s", d.name, d.out.String())
+			}
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		}
 	}
 
 	// Renewals (UPDATEs that keep leaseTransitions) pass the guard.
