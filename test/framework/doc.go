@@ -1,23 +1,47 @@
-// Package framework is the harness for elector-sidecar's multi-process tests,
-// the chaos soak, the demo and the benchmark: it starts a real etcd and
-// kube-apiserver (controller-runtime's envtest, restartable), builds the
-// binaries once, starts, signals and stops elector-sidecar processes (and the
-// client-go baseline candidate), reads their local API, samples /token from
-// every process against one monotonic clock to prove that no two processes
-// ever hold a valid token at overlapping instants, and serves a fenced HTTP
-// store (package fencedhttp).
+// Package framework is the harness for elector-sidecar's multi-process tests
+// (test/integration), the chaos soak (test/chaos), the demo
+// (test/framework/cmd/demo) and the benchmark. Everything returns errors
+// instead of taking a *testing.T, so programs can use it as well as tests.
 //
-// Everything returns errors instead of taking a *testing.T, so programs
-// (test/chaos, the demo driver, a benchmark) can use it as well as tests.
+// Pieces:
 //
-// Typical use in a test package:
+//   - AssetsDir, StartControlPlane: a real etcd + kube-apiserver (envtest)
+//     from $KUBEBUILDER_ASSETS or `hack/build-binaries.sh --print-dir`
+//     (missing binaries are an error naming the fix). The apiserver can be
+//     stopped (StopAPIServer: SIGTERM then SIGKILL), crashed (KillAPIServer)
+//     and started again (StartAPIServer) on the same port and certificates;
+//     ControlPlane.Kubeconfig is an admin kubeconfig for child processes and
+//     ControlPlane.Kubectl runs kubectl. Children die with the parent
+//     (parent-death signal), even if a test binary crashes.
+//   - BuildBinaries: builds cmd/elector-sidecar, cmd/elector-demo and the
+//     client-go baseline (CandidatePackage) once per process;
+//     ELECTOR_SIDECAR_BINARY (etc., see BinaryOverrideEnv) substitutes a prebuilt binary.
+//   - StartProcess / Process: a child with its log file, Signal, Kill,
+//     Terminate, Pause (SIGSTOP), Resume (SIGCONT), Wait, exit code.
+//   - StartCandidate / Candidate: an elector-sidecar (KindSidecar) or the
+//     client-go LeaderElector baseline (KindClientGo, test/framework/clientgo-candidate)
+//     with its local API client (Token, Leader); Timings and TestTimings.
+//   - Group: candidates on one Lease with restarts by identity, WaitForLeader,
+//     Leaders, Describe and Logs for failure messages, and a Sampler.
+//   - Sampler: polls GET /token of every process concurrently on one
+//     monotonic clock; Terms groups the valid answers per process and token,
+//     CheckNoOverlap fails if two processes' [first sent, last received]
+//     windows intersect, CheckTokenOrder if a later term's token is not greater.
+//   - fencedhttp: the fenced HTTP store (server and client) over pkg/fencing.
 //
-//	func TestMain(m *testing.M) {
-//		// build once, start one control plane per package
-//		bins, err := framework.BuildBinaries(framework.SidecarPackage)
-//		cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{})
-//		code := m.Run()
-//		cp.Stop()
-//		os.Exit(code)
-//	}
+// Typical use:
+//
+//	cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{})
+//	defer cp.Stop()
+//	bin, err := framework.BuildBinary(framework.SidecarPackage)
+//	ns, err := cp.CreateNamespace(ctx, "bench")
+//	g := framework.NewGroup(framework.CandidateSpec{Binary: bin, LeaseName: "l", Namespace: ns,
+//		Kubeconfig: cp.Kubeconfig, Timings: framework.TestTimings})
+//	defer g.StopAll(3 * time.Second)
+//	g.StartAll(ctx, "a", "b", "c")
+//	leader, tok, err := g.WaitForLeader(ctx, 20*time.Second)
+//	leader.Terminate()
+//	next, tok2, err := g.WaitForLeader(ctx, 10*time.Second, leader)
+//	g.Sampler.Stop()
+//	err = g.Sampler.Check() // overlap + token order
 package framework
