@@ -269,6 +269,10 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 	}
 	stopWatch()
 	wg.Wait()
+	// Stop the writers so the summary is final (the sidecars keep the Lease).
+	for _, p := range d.pods {
+		p.app.Stop(3 * time.Second)
+	}
 	d.flushAll()
 
 	// 5. The Lease as Kubernetes shows it, and a summary.
