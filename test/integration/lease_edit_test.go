@@ -81,3 +81,41 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 		t.Fatalf("Lease leaseTransitions %d after the edits", transitions)
 	}
 }
+
+// Issue 3 #6, found by the chaos soak: the leader crashes, the Lease is
+// deleted, and a candidate that never saw it starts right then. The contract
+// says the token never goes backwards while any candidate that saw the Lease
+// keeps running; here two do, so whoever leads next must still have a token
+// above every earlier one (the newcomer must not recreate the Lease from 1).
+func TestLeaseDeletedThenNewCandidate(t *testing.T) {
+	g := newGroup(t, testTimings)
+	g.start("pod-a", "pod-b", "pod-c")
+	leader, _ := g.waitLeader(startupTimeout)
+	// Two handoffs, so the token is well above 1.
+	for i := 0; i < 2; i++ {
+		_ = leader.Terminate()
+		_, _ = leader.Wait(5 * time.Second)
+		g.start(leader.Identity())
+		leader, _ = g.waitLeader(testTimings.LeaseDuration+failoverSlack, leader)
+	}
+	time.Sleep(testTimings.RetryPeriod)
+	floor := g.maxToken()
+
+	_ = leader.Kill()
+	_, _ = leader.Wait(5 * time.Second)
+	deletedAt := time.Now()
+	if err := env.cp.Client.CoordinationV1().Leases(g.namespace).Delete(g.ctx, g.lease, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newcomer := g.start("newcomer")[0]
+	next, tok := g.waitLeader(testTimings.LeaseDuration+failoverSlack, leader)
+	t.Logf("leader %s killed, Lease deleted (highest token served before: %d), %s started; %s leads with token %d after %v",
+		leader.Instance, floor, newcomer.Instance, next.Instance, tok.Token, time.Since(deletedAt).Round(time.Millisecond))
+	time.Sleep(testTimings.LeaseDuration) // let every process that might serve a token be sampled
+	for _, s := range g.Sampler.Samples() {
+		if s.Valid() && !s.Sent.Before(deletedAt) && s.Token <= floor {
+			t.Fatalf("%s served token %d after the Lease was deleted, not above the %d served before (two candidates that saw the Lease were running)",
+				s.Target, s.Token, floor)
+		}
+	}
+}
