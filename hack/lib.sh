@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 # Shared helpers for hack/*.sh. Source it; it defines functions and variables only.
 
 # Repository root (the parent of this file's directory).
@@ -8,7 +8,7 @@ ELECTOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ELECTOR_CACHE="${ELECTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elector-sidecar}"
 ELECTOR_BIN="$ELECTOR_CACHE/bin"
 
-# Pinned versions of everything hack/ builds from the Go module proxy.
+# Pinned versions of everything hack/ builds from the Go module proxy (go-containerregistry: hack/cluster/go.mod).
 K8S_VERSION="v1.37.2"          # k8s.io/kubernetes
 K8S_STAGING_VERSION="v0.37.2"  # k8s.io/* staging modules
 ETCD_VERSION="v3.7.3"          # go.etcd.io/etcd/server/v3
@@ -16,7 +16,6 @@ HELM_VERSION="v4.3.2"          # helm.sh/helm/v4
 CONTAINERD_VERSION="v2.3.4"    # github.com/containerd/containerd/v2
 RUNC_VERSION="v1.4.3"          # github.com/opencontainers/runc
 CNI_PLUGINS_VERSION="v1.9.1"   # github.com/containernetworking/plugins
-GGCR_VERSION="v0.22.1"         # github.com/google/go-containerregistry (image tarballs)
 
 _elector_t0="${_elector_t0:-$(date +%s)}"
 
@@ -67,10 +66,14 @@ apt_install() {
   command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get"
   local sudo=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  log "apt-get install ${missing[*]}"
-  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2; then
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  local aptlog="$ELECTOR_CACHE/logs/apt.log"
+  mkdir -p "$(dirname "$aptlog")"
+  log "apt-get install ${missing[*]} (log: $aptlog)"
+  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -q >>"$aptlog" 2>&1 || { tail -n 20 "$aptlog" >&2; die "apt-get update failed"; }
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1 ||
+      { tail -n 20 "$aptlog" >&2; die "apt-get install ${missing[*]} failed"; }
   fi
 }
 
@@ -82,9 +85,20 @@ with_lock() {
   (
     exec 9>"$lockfile"
     if ! flock -n 9; then
-      log "waiting for lock $lockfile (another build is running)"
+      log "waiting for lock $lockfile (held by another run of this script)"
       flock 9
     fi
     "$@"
   )
+}
+
+# ocitar ARGS...: runs hack/cluster/ocitar (writes image tarballs without Docker), built once into the bin dir.
+ocitar() {
+  local bin="$ELECTOR_BIN/ocitar"
+  if [[ ! -x "$bin" || "$ELECTOR_ROOT/hack/cluster/ocitar/main.go" -nt "$bin" || "$ELECTOR_ROOT/hack/cluster/go.sum" -nt "$bin" ]]; then
+    mkdir -p "$ELECTOR_BIN"
+    (cd "$ELECTOR_ROOT/hack/cluster" && GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$bin.tmp.$$" ./ocitar) &&
+      mv -f "$bin.tmp.$$" "$bin"
+  fi
+  "$bin" "$@"
 }
