@@ -78,7 +78,8 @@ var Flags = []flagSpec{
 func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("elector-sidecar", flag.ContinueOnError)
-	fs.SetOutput(usage)
+	// Errors are returned as one line; the usage text only for -h.
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.LeaseName, "lease-name", "", "name of the coordination.k8s.io/v1 Lease to elect on (required)")
 	fs.StringVar(&c.LeaseNamespace, "lease-namespace", "", "namespace of the Lease (default: $POD_NAMESPACE, then the service account's namespace, then \"default\")")
 	fs.StringVar(&c.Identity, "identity", "", "this candidate's identity, written as the Lease holder (default: $POD_NAME, then the hostname)")
@@ -103,6 +104,9 @@ func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usage)
+			fmt.Fprintf(usage, "Usage: elector-sidecar [flags]\n       elector-sidecar probe [PATH]\n\nEvery flag can also be set with its ELECTOR_* environment variable (see README).\n\n")
+			fs.PrintDefaults()
 			return nil, err
 		}
 		return nil, &UsageError{err}

@@ -3,7 +3,6 @@ package sidecar
 import (
 	"errors"
 	"flag"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -100,7 +99,11 @@ func TestParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse(tt.args, testEnv(tt.env, tt.saNS, tt.host), io.Discard)
+			var usage strings.Builder
+			c, err := Parse(tt.args, testEnv(tt.env, tt.saNS, tt.host), &usage)
+			if usage.Len() > 0 {
+				t.Fatalf("Parse wrote usage text for %v: %q", tt.args, usage.String())
+			}
 			if tt.wantErr != "" {
 				var ue *UsageError
 				if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.wantErr) {

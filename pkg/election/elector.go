@@ -54,6 +54,7 @@ type Elector struct {
 	obsTime     time.Time             // when the election record last changed, local clock
 	deletedAt   time.Time             // when a Lease we had seen disappeared
 	freeToTake  bool                  // absent Lease may be created at once (we held it when it went)
+	restoreOf   *coordinationv1.Lease // a deleted Lease to put back as it was (see restore)
 	maxSeen     int64                 // highest leaseTransitions ever seen or written
 	inTerm      bool                  // we acquired the Lease in this process and have not lost it
 	token       int64                 // this term's token
@@ -314,11 +315,14 @@ func (e *Elector) observe(l *coordinationv1.Lease, why string) {
 			if e.inTerm {
 				e.loseTerm(why)
 				e.freeToTake = true
+			} else {
+				e.restoreOf = e.obs
 			}
 		}
 		e.obs = nil
 		return
 	}
+	e.restoreOf = nil
 	if older(l, e.obs) {
 		return
 	}
@@ -355,6 +359,10 @@ func (e *Elector) step(ctx context.Context) time.Time {
 		now = e.clock.Now()
 	}
 	if !now.Before(e.retryAt) {
+		if e.obs == nil && e.restoreOf != nil {
+			e.restore(ctx)
+			now = e.clock.Now()
+		}
 		if e.inTerm {
 			if !now.Before(e.nextRenew) {
 				e.renew(ctx)
@@ -451,6 +459,39 @@ func (e *Elector) acquire(ctx context.Context) {
 	e.holdOff = time.Time{}
 	e.metrics.acquisitions.Inc()
 	e.log.Info("became leader", "token", e.token, "leaseUID", e.termUID)
+}
+
+// restore puts a deleted Lease back as this follower last saw it: the same
+// holder and leaseTransitions at the highest value seen. Its holder may
+// still believe it leads, so everyone waits out a lease duration as usual;
+// and a candidate that never saw the old Lease (a new pod) finds the old
+// count instead of creating a Lease at 1, so tokens keep growing. Many
+// followers may race to restore; the API server lets one create win.
+func (e *Elector) restore(ctx context.Context) {
+	old := e.restoreOf
+	e.restoreOf = nil
+	now := e.clock.Now()
+	spec := *old.Spec.DeepCopy()
+	spec.LeaseTransitions = ptr(int32(max(e.maxSeen, transitionsOf(old))))
+	spec.RenewTime = microNow(now)
+	reqCtx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
+	defer cancel()
+	got, err := e.leases.Create(reqCtx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name, Namespace: e.cfg.Namespace},
+		Spec:       spec,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			// Fall back to waiting out a lease duration from the deletion.
+			e.log.Warn("restoring the deleted lease failed", "err", err)
+			e.metrics.apiError("create")
+			return
+		}
+		e.writeFailed("create", "restore", err)
+		return
+	}
+	e.log.Info("restored the deleted lease", "holder", holderOf(got), "leaseTransitions", transitionsOf(got))
+	e.observe(got, "")
 }
 
 // renew extends our term with a compare-and-swap write. A conflict re-reads

@@ -477,15 +477,43 @@ func TestDeletedLeaseNeverLowersTokens(t *testing.T) {
 	if err := h.client.CoordinationV1().Leases(ns).Delete(context.Background(), lease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The leader notices and recreates the Lease past every token it saw.
-	h.advanceUntil("lease recreated with a higher token", 3*ld, func() bool {
-		l, err := h.client.CoordinationV1().Leases(ns).Get(context.Background(), lease, metav1.GetOptions{})
-		return err == nil && holderOf(l) != ""
+	// The leader notices and recreates the Lease past every token it saw,
+	// or the follower restores it first; either way the next token is
+	// higher than every earlier one.
+	h.advanceUntil("someone leads the recreated lease", 3*ld, func() bool {
+		return leader.Status().IsLeader || follower.Status().IsLeader
 	})
-	h.eventually("someone leads", func() bool { return leader.Status().IsLeader || follower.Status().IsLeader })
-	l := h.get()
-	if transitionsOf(l) <= high {
-		t.Fatalf("recreated lease transitions %d, want > %d", transitionsOf(l), high)
+	tok := max(leader.Status().Token, follower.Status().Token)
+	if tok <= high {
+		t.Fatalf("token after the delete %d, want > %d", tok, high)
+	}
+	if l := h.get(); transitionsOf(l) != tok {
+		t.Fatalf("lease transitions %d, token %d", transitionsOf(l), tok)
+	}
+}
+
+// TestDeletedLeaseRestoredForNewcomers: the leader is gone, the Lease is
+// deleted, then a new candidate that never saw it starts. A follower that
+// saw the old Lease puts it back, so the newcomer's token is not 1.
+func TestDeletedLeaseRestoredForNewcomers(t *testing.T) {
+	h := newHarness(t, heldLease("crashed", 5))
+	b := h.start("b")
+	h.eventually("b observed", func() bool { return b.Status().Ready })
+	if err := h.client.CoordinationV1().Leases(ns).Delete(context.Background(), lease, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("b restored the lease", func() bool {
+		l, err := h.client.CoordinationV1().Leases(ns).Get(context.Background(), lease, metav1.GetOptions{})
+		return err == nil && holderOf(l) == "crashed" && transitionsOf(l) == 5
+	})
+	c := h.start("c")
+	h.eventually("c observed", func() bool { return c.Status().Ready })
+	if c.Status().IsLeader || b.Status().IsLeader {
+		t.Fatal("someone took the restored lease before it expired")
+	}
+	h.advanceUntil("someone leads", 3*ld, func() bool { return b.Status().IsLeader || c.Status().IsLeader })
+	if tok := max(b.Status().Token, c.Status().Token); tok != 6 {
+		t.Fatalf("token %d, want 6", tok)
 	}
 }
 

@@ -22,7 +22,7 @@ type fakeElector struct {
 }
 
 func (f *fakeElector) Status() election.Status { return f.status }
-func (f *fakeElector) Alive() bool              { return f.alive }
+func (f *fakeElector) Alive() bool             { return f.alive }
 func (f *fakeElector) Release(context.Context) error {
 	f.released++
 	return f.releaseErr
