@@ -20,7 +20,7 @@ import (
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/configmapstore"
-	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 )
 
 // Exit codes.
@@ -210,7 +210,7 @@ func newStore(spec, writer string) (fencedWriter, error) {
 		return nil, err
 	}
 	if kind == "http" {
-		return fencedhttp.NewClient(a, writer), nil
+		return httpstore.NewClient(a, writer), nil
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules() // $KUBECONFIG, ~/.kube/config, else in-cluster
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
@@ -355,10 +355,10 @@ func orDash(s string) string {
 
 // runStore serves a fenced HTTP store until ctx ends, logging every write.
 func runStore(ctx context.Context, cfg *storeConfig, out io.Writer) error {
-	srv := fencedhttp.NewServer(fencing.NewMemory())
+	srv := httpstore.NewServer(fencing.NewMemory())
 	srv.KeepLog(false)
 	var mu sync.Mutex
-	srv.OnWrite = func(w fencedhttp.Write) {
+	srv.OnWrite = func(w httpstore.Write) {
 		mu.Lock()
 		defer mu.Unlock()
 		result := "accepted"

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
-	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 )
 
 func fakeEnv(vars map[string]string) env {
@@ -135,7 +135,7 @@ func TestWriterLoop(t *testing.T) {
 	sc.token.Store(1)
 	sidecar := httptest.NewServer(sc)
 	defer sidecar.Close()
-	storeSrv := fencedhttp.NewServer(fencing.NewMemory())
+	storeSrv := httpstore.NewServer(fencing.NewMemory())
 	store := httptest.NewServer(storeSrv)
 	defer store.Close()
 
@@ -150,7 +150,7 @@ func TestWriterLoop(t *testing.T) {
 
 	sc.token.Store(0) // lost leadership
 	waitLine(t, &stdout, `result=not-leader status=409 holder=pod-b`)
-	if err := fencedhttp.NewClient(store.URL, "pod-b").Write(ctx, 2, []byte("pod-b")); err != nil {
+	if err := httpstore.NewClient(store.URL, "pod-b").Write(ctx, 2, []byte("pod-b")); err != nil {
 		t.Fatal(err)
 	}
 	late <- os.Interrupt // any value: the signal channel only wakes the loop
@@ -179,7 +179,7 @@ func TestStoreSubcommand(t *testing.T) {
 		done <- run(ctx, []string{"store", "--listen=127.0.0.1:0"}, fakeEnv(nil), nil, &stdout, &stderr)
 	}()
 	m := waitLine(t, &stdout, `result=listening address=(\S+)`)
-	c := fencedhttp.NewClient("http://"+m[1], "w")
+	c := httpstore.NewClient("http://"+m[1], "w")
 	if err := c.Write(ctx, 5, []byte("five")); err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
-	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
 )
 
 type options struct {
@@ -99,7 +99,7 @@ type soak struct {
 	cp     *framework.ControlPlane
 	g      *framework.Group
 	ns     string
-	store  *fencedhttp.Server
+	store  *httpstore.Server
 	url    string
 	slots  []*slot
 	faults sync.Map // kind -> *atomic.Int64
@@ -151,9 +151,9 @@ func run(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 
-	s.store = fencedhttp.NewServer(fencing.NewMemory())
+	s.store = httpstore.NewServer(fencing.NewMemory())
 	var stopStore func()
-	s.url, stopStore, err = fencedhttp.Listen("127.0.0.1:0", s.store)
+	s.url, stopStore, err = httpstore.Listen("127.0.0.1:0", s.store)
 	if err != nil {
 		return false, err
 	}
@@ -218,7 +218,7 @@ func run(ctx context.Context, o options) (bool, error) {
 // writer writes with its candidate's token as fast as it can. If its
 // candidate is paused after it got a token, it freezes too and writes late.
 func (s *soak) writer(ctx context.Context, sl *slot) {
-	var client *fencedhttp.Client
+	var client *httpstore.Client
 	var cur *framework.Candidate
 	seq := 0
 	for ctx.Err() == nil {
@@ -228,7 +228,7 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 			continue
 		}
 		if c != cur {
-			cur, client = c, fencedhttp.NewClient(s.url, c.Instance)
+			cur, client = c, httpstore.NewClient(s.url, c.Instance)
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		r := c.Token(rctx)
@@ -457,7 +457,7 @@ func (s *soak) lateWrite(instance string, token int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.attempted.Add(1)
-	err := fencedhttp.NewClient(s.url, instance).Write(ctx, token, []byte(fmt.Sprintf("%s late write token %d", instance, token)))
+	err := httpstore.NewClient(s.url, instance).Write(ctx, token, []byte(fmt.Sprintf("%s late write token %d", instance, token)))
 	result := "accepted (nobody took over during the pause)"
 	switch {
 	case err == nil:
@@ -567,7 +567,7 @@ func (s *soak) report() bool {
 	}
 
 	// 1. accepted writes in commit order never go down in token.
-	var accepted []fencedhttp.Write
+	var accepted []httpstore.Write
 	for _, w := range writes {
 		if w.Accepted {
 			accepted = append(accepted, w)

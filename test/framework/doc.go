@@ -27,7 +27,7 @@
 //     monotonic clock; Terms groups the valid answers per process and token,
 //     CheckNoOverlap fails if two processes' [first sent, last received]
 //     windows intersect, CheckTokenOrder if a later term's token is not greater.
-//   - fencedhttp: the fenced HTTP store (server and client) over pkg/fencing.
+//   - pkg/fencing/httpstore (not here): the fenced HTTP store the tests write to.
 //
 // Typical use:
 //

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
-	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 )
 
 // Issue 3 #4, the seed's split brain on Kubernetes: SIGSTOP the leader past
@@ -18,8 +18,8 @@ import (
 // new leader's value.
 func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 	g := newGroup(t, testTimings)
-	store := fencedhttp.NewServer(fencing.NewMemory())
-	storeURL, stopStore, err := fencedhttp.Listen("127.0.0.1:0", store)
+	store := httpstore.NewServer(fencing.NewMemory())
+	storeURL, stopStore, err := httpstore.Listen("127.0.0.1:0", store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 
 	g.start("pod-a", "pod-b", "pod-c")
 	old, oldTok := g.waitLeader(startupTimeout)
-	oldWriter := fencedhttp.NewClient(storeURL, old.Identity())
+	oldWriter := httpstore.NewClient(storeURL, old.Identity())
 	if err := oldWriter.Write(g.ctx, oldTok.Token, []byte("written by "+old.Instance)); err != nil {
 		t.Fatalf("the leader's write with its token %d: %v", oldTok.Token, err)
 	}
@@ -50,7 +50,7 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 		t.Fatalf("new token %d is not greater than the paused leader's %d", newTok.Token, oldTok.Token)
 	}
 	newValue := []byte("written by " + next.Instance)
-	if err := fencedhttp.NewClient(storeURL, next.Identity()).Write(g.ctx, newTok.Token, newValue); err != nil {
+	if err := httpstore.NewClient(storeURL, next.Identity()).Write(g.ctx, newTok.Token, newValue); err != nil {
 		t.Fatalf("the new leader's fenced write with token %d: %v", newTok.Token, err)
 	}
 

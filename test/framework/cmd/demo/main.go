@@ -30,8 +30,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
-	"github.com/elector-sidecar/elector-sidecar/test/framework/fencedhttp"
 )
 
 func main() {
@@ -282,7 +282,7 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 		return err
 	}
 	fmt.Fprint(d.out, indent(out))
-	h, v, err := fencedhttp.NewClient(d.storeURL, "demo").Read(ctx)
+	h, v, err := httpstore.NewClient(d.storeURL, "demo").Read(ctx)
 	if err != nil {
 		return err
 	}
@@ -336,7 +336,7 @@ func (d *demo) startStore(ctx context.Context) error {
 	}
 	d.store = p
 	d.storeURL = "http://" + addr
-	c := fencedhttp.NewClient(d.storeURL, "demo")
+	c := httpstore.NewClient(d.storeURL, "demo")
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if _, _, err := c.Read(ctx); err == nil {

@@ -1,4 +1,4 @@
-// Package fencedhttp is a fenced resource behind HTTP: a server that accepts a
+// Package httpstore is a fenced resource behind HTTP: a server that accepts a
 // write only with a fencing token at least as high as the highest it has
 // accepted (pkg/fencing), and a client for it. The integration tests, the
 // chaos soak and the demo (`elector-demo store`) use it as the "real
@@ -11,7 +11,7 @@
 //	             409 {"error":"stale fencing token ...","token":N,"highest":H}
 //	             400 {"error":"..."} for a missing or malformed token
 //	GET  /value  200 {"highest":H,"value":"...","writer":"..."}
-package fencedhttp
+package httpstore
 
 import (
 	"context"

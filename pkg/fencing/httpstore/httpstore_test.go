@@ -1,4 +1,4 @@
-package fencedhttp
+package httpstore
 
 import (
 	"context"
