@@ -3,6 +3,7 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+DURATION ?= 2m
 LDFLAGS := -s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$(VERSION)
 
 .PHONY: help

@@ -33,7 +33,7 @@ tier_verify() {
 }
 
 tier_unit() {
-  "${GOTEST[@]}" -race ./pkg/... ./internal/... ./cmd/...
+  "${GOTEST[@]}" -race ./pkg/... ./internal/... ./cmd/... ./test/framework/...
   (cd hack/tools && "${GOTEST[@]}" ./...)
 }
 
