@@ -16,9 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
@@ -88,6 +92,10 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	ec.Client = client
 	ec.Logger = log
 	ec.Registerer = reg
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(c.LeaseNamespace)})
+	defer broadcaster.Shutdown()
+	ec.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elector-sidecar", Host: c.Identity})
 	el, err := election.New(ec)
 	if err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 )
 
@@ -68,6 +69,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the election metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Recorder, if set, gets a Kubernetes Event on the Lease for every
+	// leadership change of this candidate (as client-go's elector does).
+	Recorder record.EventRecorder
 }
 
 // LeaseKey returns "namespace/name".

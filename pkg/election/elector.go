@@ -11,6 +11,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -459,6 +460,7 @@ func (e *Elector) acquire(ctx context.Context) {
 	e.holdOff = time.Time{}
 	e.metrics.acquisitions.Inc()
 	e.log.Info("became leader", "token", e.token, "leaseUID", e.termUID)
+	e.event(corev1.EventTypeNormal, "%s became leader with fencing token %d", e.cfg.Identity, e.token)
 }
 
 // restore puts a deleted Lease back as this follower last saw it: the same
@@ -589,6 +591,7 @@ func (e *Elector) loseTerm(why string) {
 	e.publish()
 	e.metrics.losses.WithLabelValues(lossReason(why)).Inc()
 	e.log.Warn("lost leadership", "token", e.token, "reason", why)
+	e.event(corev1.EventTypeWarning, "%s lost leadership (token %d): %s", e.cfg.Identity, e.token, why)
 }
 
 // stepDown stops our token, then writes the Lease free so that a follower
@@ -619,6 +622,7 @@ func (e *Elector) stepDown(ctx context.Context, why string) error {
 		if err == nil {
 			e.observe(got, "")
 			e.log.Info("released leadership", "token", token, "reason", why)
+			e.event(corev1.EventTypeNormal, "%s released leadership (token %d): %s", e.cfg.Identity, token, why)
 			return nil
 		}
 		e.metrics.apiError("update")
@@ -636,6 +640,18 @@ func (e *Elector) shutdown() {
 	defer cancel()
 	_ = e.stepDown(ctx, "shutting down")
 	e.publish()
+}
+
+// event records a Kubernetes Event on the Lease (best effort, asynchronous).
+func (e *Elector) event(eventType, format string, args ...any) {
+	if e.cfg.Recorder == nil {
+		return
+	}
+	ref := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name, Namespace: e.cfg.Namespace}}
+	if e.obs != nil {
+		ref.ObjectMeta = *e.obs.ObjectMeta.DeepCopy()
+	}
+	e.cfg.Recorder.Eventf(ref, eventType, "LeaderElection", format, args...)
 }
 
 func lossReason(why string) string {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -93,6 +94,7 @@ type candidate struct {
 	cancel context.CancelFunc
 	done   chan error
 	reg    *prometheus.Registry
+	events *record.FakeRecorder
 }
 
 func (h *harness) start(id string) *candidate {
@@ -103,16 +105,17 @@ func (h *harness) start(id string) *candidate {
 func (h *harness) startWith(id string, clk clock.WithTicker) *candidate {
 	h.t.Helper()
 	reg := prometheus.NewRegistry()
+	events := record.NewFakeRecorder(100)
 	e, err := New(Config{
 		Client: h.client, Namespace: ns, Name: lease, Identity: id,
 		LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp, ClockSkewMargin: skew,
-		Clock: clk, Logger: testLogger(), Registerer: reg,
+		Clock: clk, Logger: testLogger(), Registerer: reg, Recorder: events,
 	})
 	if err != nil {
 		h.t.Fatalf("New(%s): %v", id, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &candidate{Elector: e, cancel: cancel, done: make(chan error, 1), reg: reg}
+	c := &candidate{Elector: e, cancel: cancel, done: make(chan error, 1), reg: reg, events: events}
 	go func() { c.done <- e.Run(ctx) }()
 	h.t.Cleanup(func() { c.stop(h.t) })
 	h.mu.Lock()
@@ -226,6 +229,9 @@ func TestFirstCandidateCreatesLeaseWithTokenOne(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(a.metrics.acquisitions); got != 1 {
 		t.Fatalf("acquisitions = %v", got)
+	}
+	if ev := <-a.events.Events; ev != "Normal LeaderElection a became leader with fencing token 1" {
+		t.Fatalf("event %q", ev)
 	}
 }
 
