@@ -163,7 +163,7 @@ simple_wrapper() {
 wrapper_build() {
   local dir="$1" logname="$2" out="$3" ldflags="$4"
   shift 4
-  (cd "$dir" && GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 \
+  (cd "$dir" && GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off CGO_ENABLED=0 \
     run_logged "go build $logname" "$LOGS/build-$logname.log" \
     go build -mod=mod -trimpath -ldflags "$ldflags" -o "$out" "$@")
 }

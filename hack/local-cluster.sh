@@ -41,6 +41,10 @@ BRIDGE="elector0"
 NFT_TABLE="elector_sidecar"
 CGROUP_NAME="elector-sidecar-cluster" # v1 pids cgroup holding every process `up` starts (and containerd's shims)
 PIDS_CG="/sys/fs/cgroup/pids/$CGROUP_NAME"
+# Machine-wide: the lock serialising up/down, and the state dir of the cluster that owns the machine's
+# cluster resources (bridge, kubepods cgroups, DNAT), so that a cluster from another cache dir is never torn down.
+GLOBAL_LOCK="/run/lock/elector-sidecar-cluster.lock"
+OWNER_FILE="/run/elector-sidecar-cluster.owner"
 
 # Components in start order; down stops them in reverse order.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
@@ -206,8 +210,38 @@ unmount_under() {
 # ---------------------------------------------------------------------------------------------------------
 # down
 
+# other_owner: prints the state dir of another live cluster on this machine, if there is one.
+other_owner() {
+  local o
+  [[ -f "$OWNER_FILE" ]] || return 1
+  o="$(cat "$OWNER_FILE")"
+  [[ -n "$o" && "$o" != "$STATE" ]] || return 1
+  [[ -n "$(cgroup_pids "$PIDS_CG")" ]] || return 1
+  echo "$o"
+}
+
+# stop_components: stops this state dir's components by their recorded PIDs, in reverse start order.
+stop_components() {
+  local c pid name
+  for ((c = ${#COMPONENTS[@]} - 1; c >= 0; c--)); do
+    name="${COMPONENTS[$c]}"
+    pid="$(pid_of "$name")"
+    if ours "$name" "$pid"; then
+      log "stopping $name (pid $pid)"
+      stop_pid "$name" "$pid" 15
+    fi
+  done
+}
+
 down() {
-  local c pid
+  local c pid other
+  if other="$(other_owner)"; then
+    log "WARNING: the running local cluster belongs to $other, not $STATE: leaving it (and the host's bridge, cgroups, DNAT) alone"
+    stop_components
+    unmount_under "$DATA"
+    rm -rf "$DATA" "$RUN" "$ETC" "$PKI" "$KUBECONFIG_PATH"
+    return 0
+  fi
   # kubelet first, so it does not restart containers while they are being stopped.
   pid="$(pid_of kubelet)"
   if ours kubelet "$pid"; then
@@ -219,14 +253,7 @@ down() {
     log "killing pod processes"
     kill_cgroup /sys/fs/cgroup/pids/kubepods
   fi
-  for ((c = ${#COMPONENTS[@]} - 1; c >= 0; c--)); do
-    local name="${COMPONENTS[$c]}"
-    pid="$(pid_of "$name")"
-    if ours "$name" "$pid"; then
-      log "stopping $name (pid $pid)"
-      stop_pid "$name" "$pid" 15
-    fi
-  done
+  stop_components
   # Whatever is left in the cluster's cgroup (containerd shims, a component whose pid file was lost).
   if [[ -n "$(cgroup_pids "$PIDS_CG")" ]]; then
     log "killing remaining cluster processes (shims)"
@@ -275,6 +302,7 @@ down() {
     unmount_under "$DATA"
     rm -rf "$DATA" "$RUN" "$ETC" "$PKI" "$KUBECONFIG_PATH"
   }
+  rm -f "$OWNER_FILE"
 }
 
 # ---------------------------------------------------------------------------------------------------------
@@ -481,31 +509,34 @@ EOF
 
 # import_images: imports the pause image and every tarball in $ELECTOR_IMAGES.
 import_images() {
-  local t
-  ctr_() { "$ELECTOR_BIN/ctr" --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
-  ctr_ images import "$PAUSE_TAR" >>"$LOGS/ctr-import.log" 2>&1 || {
-    tail -n 20 "$LOGS/ctr-import.log" >&2
-    die "importing $PAUSE_TAR failed"
-  }
-  ctr_ images label "$PAUSE_REF" io.cri-containerd.pinned=pinned >/dev/null 2>&1 || true
-  for t in ${ELECTOR_IMAGES:-}; do
-    [[ -f "$t" ]] || die "ELECTOR_IMAGES: $t does not exist"
-    log "importing image $t"
-    ctr_ images import "$t" >>"$LOGS/ctr-import.log" 2>&1 || {
-      tail -n 20 "$LOGS/ctr-import.log" >&2
-      die "importing $t failed"
-    }
-  done
+  import_tar "$PAUSE_TAR"
+  import_extra_images
   log "images: $(ctr_ images ls -q 2>/dev/null | grep -v '^sha256:' | tr '\n' ' ')"
+}
+
+ctr_() { "$ELECTOR_BIN/ctr" --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# import_tar TAR: imports an image tarball (docker-archive or OCI layout) into containerd's k8s.io namespace.
+import_tar() {
+  [[ -f "$1" ]] || die "image tarball $1 does not exist"
+  ctr_ images import "$1" >>"$LOGS/ctr-import.log" 2>&1 || {
+    tail -n 20 "$LOGS/ctr-import.log" >&2
+    die "importing $1 failed"
+  }
+}
+
+import_extra_images() {
+  local t
+  for t in ${ELECTOR_IMAGES:-}; do
+    log "importing image $t"
+    import_tar "$t"
+  done
 }
 
 # service_dnat: makes the "kubernetes" Service (10.96.0.1:443) reach the API server (no kube-proxy here).
 service_dnat() {
-  if ! command -v nft >/dev/null; then
-    log "WARNING: nft not available; pods must set KUBERNETES_SERVICE_HOST=$NODE_IP KUBERNETES_SERVICE_PORT=$API_PORT"
-    return 0
-  fi
-  nft -f - <<EOF || log "WARNING: nftables DNAT for $KUBERNETES_SVC_IP:443 failed; pods must set KUBERNETES_SERVICE_HOST=$NODE_IP KUBERNETES_SERVICE_PORT=$API_PORT"
+  command -v nft >/dev/null || die "nft (Debian package nftables) is needed for the kubernetes Service DNAT"
+  nft -f - <<EOF || die "nftables DNAT for $KUBERNETES_SVC_IP:443 failed"
 table ip $NFT_TABLE
 delete table ip $NFT_TABLE
 table ip $NFT_TABLE {
@@ -552,25 +583,54 @@ up() {
     die "this script supports cgroup v1 hosts (with a pids hierarchy) only"
   if running; then
     log "cluster already running"
+    if [[ -n "${ELECTOR_IMAGES:-}" ]]; then
+      CONTAINERD_SOCK="$(sed -n 's/^ELECTOR_CLUSTER_CONTAINERD_SOCK=//p' "$RUN/cluster.env")"
+      import_extra_images
+    fi
     usage_hint
     return 0
   fi
-  local t0
+  local t0 attempt rc other
   t0=$(date +%s)
+  if other="$(other_owner)"; then
+    die "another local cluster is running on this machine (state $other); stop it first: ELECTOR_CACHE_DIR=$(dirname "$other") hack/local-cluster.sh down"
+  fi
   log "cleaning up stale state (if any)"
   down
-  if [[ -z "${ELECTOR_KEEP_ON_FAILURE:-}" ]]; then
-    # A failed up leaves nothing running (logs stay in $LOGS); ELECTOR_KEEP_ON_FAILURE=1 keeps it for debugging.
-    trap 'rc=$?; if [[ $rc -ne 0 ]]; then log "up failed (exit $rc): tearing down; logs stay in $LOGS"; down; fi' EXIT
-  fi
   apt_install openssl nftables iproute2 curl
   command -v gcc >/dev/null || apt_install gcc libc6-dev
   "$ELECTOR_ROOT/hack/build-binaries.sh" --cluster
   export PATH="$ELECTOR_BIN:$PATH"
   pause_image
+  rm -rf "$LOGS"
+  # Two attempts: a free port can be taken by someone else between picking it and binding it.
+  for attempt in 1 2; do
+    set +o errexit
+    (
+      set -o errexit
+      start_cluster
+    )
+    rc=$?
+    set -o errexit
+    if [[ $rc -eq 0 ]]; then
+      log "cluster up in $(($(date +%s) - t0))s"
+      usage_hint
+      return 0
+    fi
+    if [[ $attempt -eq 2 && -n "${ELECTOR_KEEP_ON_FAILURE:-}" ]]; then
+      die "up failed; ELECTOR_KEEP_ON_FAILURE is set, so it stays as it is (logs: $LOGS; clean up: hack/local-cluster.sh down)"
+    fi
+    log "up attempt $attempt failed (exit $rc): tearing down; logs kept in $LOGS/attempt-$attempt"
+    down
+    mkdir -p "$LOGS/attempt-$attempt"
+    mv "$LOGS"/*.log "$LOGS/attempt-$attempt/" 2>/dev/null || true
+  done
+  die "up failed twice; logs in $LOGS/attempt-*"
+}
 
+# start_cluster: one attempt at starting every component (runs in a subshell; `die` ends the attempt).
+start_cluster() {
   mkdir -p "$RUN" "$LOGS" "$DATA"
-  rm -f "$LOGS"/*.log
   NODE_IP="$(node_ip)"
   ETCD_PORT="$(free_port)"
   ETCD_PEER_PORT="$(free_port)"
@@ -581,6 +641,7 @@ up() {
   KUBELET_HEALTHZ_PORT="$(free_port)"
   CONTAINERD_SOCK="$DATA/containerd/containerd.sock"
   log "node $NODE_NAME ip $NODE_IP; ports: apiserver $API_PORT etcd $ETCD_PORT/$ETCD_PEER_PORT kcm $KCM_PORT scheduler $SCHED_PORT kubelet $KUBELET_PORT/$KUBELET_HEALTHZ_PORT"
+  echo "$STATE" >"$OWNER_FILE"
   make_pki
   write_configs
   write_env
@@ -639,9 +700,6 @@ up() {
     --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
   wait_for "node $NODE_NAME Ready" 180 node_ready
   wait_for "default ServiceAccount" 120 kubectl_ -n default get serviceaccount default
-  log "cluster up in $(($(date +%s) - t0))s"
-  trap - EXIT
-  usage_hint
 }
 
 usage_hint() {
@@ -686,9 +744,9 @@ env_() {
 main() {
   local cmd="${1:-}"
   case "$cmd" in
-    up) with_lock "$ELECTOR_CACHE/cluster.lock" up ;;
+    up) with_lock "$GLOBAL_LOCK" up ;;
     down)
-      with_lock "$ELECTOR_CACHE/cluster.lock" down
+      with_lock "$GLOBAL_LOCK" down
       log "cluster down"
       ;;
     env) env_ ;;
