@@ -265,8 +265,15 @@ down() {
   unmount_under "$DATA"
 
   # Network: DNAT table, bridge, ip_forward.
-  if command -v nft >/dev/null && nft list table ip "$NFT_TABLE" >/dev/null 2>&1; then
-    nft delete table ip "$NFT_TABLE" || log "WARNING: could not delete nftables table $NFT_TABLE"
+  # (cni_hostport: the portmap plugin's table, left behind when pods with hostPorts were killed.)
+  local table
+  if command -v nft >/dev/null; then
+    for table in "ip $NFT_TABLE" "ip cni_hostport" "ip6 cni_hostport"; do
+      # shellcheck disable=SC2086
+      if nft list table $table >/dev/null 2>&1; then
+        nft delete table $table || log "WARNING: could not delete nftables table $table"
+      fi
+    done
   fi
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link delete "$BRIDGE" || log "WARNING: could not delete link $BRIDGE"

@@ -41,6 +41,12 @@ ctr --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images impor
   die "ctr images import $IMAGES/testbin.tar failed"
 log "imported $IMG"
 
+# A free host port for the hostPort check (CNI portmap, nftables backend).
+for _ in $(seq 100); do
+  HOST_PORT=$((30000 + RANDOM % 2000))
+  [[ -z "$(ss -Htln "sport = :$HOST_PORT" 2>/dev/null)" ]] && break
+done
+
 kubectl delete namespace "$NS" --ignore-not-found --wait --timeout=120s >/dev/null
 kubectl create namespace "$NS" >/dev/null
 # The namespace's default ServiceAccount appears asynchronously.
@@ -82,6 +88,9 @@ spec:
     image: $IMG
     imagePullPolicy: Never
     args: [serve, ":8080"]
+    ports:
+    - containerPort: 8080
+      hostPort: $HOST_PORT
     readinessProbe:
       httpGet: {port: 8080, path: /}
       periodSeconds: 1
@@ -108,6 +117,8 @@ check "kubectl logs: sidecar reached the app over localhost" bash -c "for i in \
 check "kubectl exec into the app container" bash -c "kubectl -n $NS exec duo -c server -- /testbin get http://127.0.0.1:8080/ | grep -q 'hello from duo'"
 POD_IP="$(kubectl -n "$NS" get pod duo -o jsonpath='{.status.podIP}')"
 check "host reaches pod IP $POD_IP" bash -c "curl -fsS --max-time 5 http://$POD_IP:8080/ | grep -q 'hello from duo'"
+
+check "host reaches hostPort $ELECTOR_CLUSTER_NODE_IP:$HOST_PORT" bash -c "curl -fsS --max-time 5 http://$ELECTOR_CLUSTER_NODE_IP:$HOST_PORT/ | grep -q 'hello from duo'"
 
 # Graceful delete: the app logs the SIGTERM it gets and exits well before the 30 s grace period.
 kubectl -n "$NS" logs -f duo -c server >"$WORK/server.log" 2>&1 &
