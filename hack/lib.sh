@@ -39,8 +39,10 @@ run_logged() {
   local start rc=0 hb=""
   start=$(date +%s)
   log "$name: started (log: $logfile)"
+  local parent=$$
   (
     while sleep 30; do
+      kill -0 "$parent" 2>/dev/null || exit 0 # the script was killed: stop too
       log "$name: still running, $(($(date +%s) - start))s"
     done
   ) &
