@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The e2e tier (hack/test.sh e2e, make test-e2e): builds the image without Docker (hack/image.sh), brings up
+# the local single-node cluster with it (hack/local-cluster.sh), runs test/e2e (build tag e2e) against it,
+# and ALWAYS tears the cluster down again (also on failure, Ctrl-C or SIGTERM), exiting with the tests' status.
+#
+#   hack/e2e.sh [GO TEST FLAGS...]      e.g. hack/e2e.sh -run 'TestFrozenLeader|TestInstall'
+#
+# Needs root on a Linux host with cgroup v1 (see hack/local-cluster.sh). The first run builds kubelet,
+# containerd, ... from the Go module proxy (cached in $ELECTOR_CACHE_DIR); later runs reuse them.
+#
+# Environment:
+#   VERSION                      image tag (default: git describe --tags --always --dirty, else "dev")
+#   ELECTOR_E2E_TIMEOUT          go test -timeout (default 30m)
+#   ELECTOR_E2E_REUSE_CLUSTER=1  run against a local cluster that is already up (import the image into it)
+#                                and leave it running; without it, a running cluster is an error
+#   ELECTOR_E2E_KEEP_CLUSTER=1   leave the cluster this script started running (debugging;
+#                                `eval "$(hack/local-cluster.sh env)"`, then `hack/local-cluster.sh down`)
+set -o errexit -o nounset -o pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ELECTOR_ROOT"
+
+[[ $(id -u) -eq 0 ]] || die "the e2e tier needs root (it runs a kubelet and containerd on this machine)"
+command -v setsid >/dev/null || die "setsid (util-linux) is required"
+
+if [[ -z "${VERSION:-}" ]]; then
+  VERSION="$(git describe --tags --always --dirty 2>/dev/null || true)"
+  VERSION="${VERSION:-dev}"
+fi
+export VERSION
+IMAGE_REPO="elector-sidecar"
+IMAGE_TAR="$ELECTOR_ROOT/_output/e2e/elector-sidecar-image.tar" # not `make image`'s tarball: others may rebuild that meanwhile
+
+started=""  # set once this script brings the cluster up: it then owns the teardown
+test_pid="" # the go test process group
+phase_start=$(date +%s)
+phase() {
+  log "$1 done in $(($(date +%s) - phase_start))s"
+  phase_start=$(date +%s)
+}
+
+# shellcheck disable=SC2317 # called from the traps
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ -n "$test_pid" ]] && kill -0 "$test_pid" 2>/dev/null; then
+    log "stopping the test run (process group $test_pid)"
+    kill -TERM -- "-$test_pid" 2>/dev/null || true
+    wait "$test_pid" 2>/dev/null || true
+  fi
+  if [[ -n "$started" ]]; then
+    if [[ -n "${ELECTOR_E2E_KEEP_CLUSTER:-}" ]]; then
+      log "ELECTOR_E2E_KEEP_CLUSTER is set: the cluster stays up (stop it with: hack/local-cluster.sh down)"
+    else
+      log "tearing the local cluster down"
+      local t0
+      t0=$(date +%s)
+      if hack/local-cluster.sh down; then
+        log "cluster down in $(($(date +%s) - t0))s"
+      else
+        log "ERROR: hack/local-cluster.sh down failed: the next run may find leftovers"
+        [[ $rc -ne 0 ]] || rc=1
+      fi
+    fi
+  fi
+  if [[ $rc -eq 0 ]]; then
+    log "e2e: PASS in $(($(date +%s) - _elector_t0))s"
+  else
+    log "e2e: FAIL (exit $rc) after $(($(date +%s) - _elector_t0))s"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT
+trap 'log "terminated"; exit 143' TERM
+
+# 1. The image under test.
+log "building the image $IMAGE_REPO:$VERSION"
+IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" hack/image.sh
+phase "image"
+
+# 2. The cluster, with the image imported.
+if hack/local-cluster.sh status >/dev/null 2>&1; then
+  [[ "${ELECTOR_E2E_REUSE_CLUSTER:-}" == 1 ]] ||
+    die "a local cluster is already running (hack/local-cluster.sh status): stop it (hack/local-cluster.sh down) or set ELECTOR_E2E_REUSE_CLUSTER=1 to test against it"
+  log "reusing the running local cluster (ELECTOR_E2E_REUSE_CLUSTER=1); it stays up afterwards"
+  eval "$(hack/local-cluster.sh env)"
+  "$ELECTOR_BIN/ctr" --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images import "$IMAGE_TAR" >/dev/null
+  log "imported $IMAGE_TAR"
+else
+  started=1
+  ELECTOR_IMAGES="$IMAGE_TAR${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" hack/local-cluster.sh up
+  eval "$(hack/local-cluster.sh env)"
+fi
+phase "cluster up"
+
+# 3. The suite. go test runs in its own session so a signal to this script can stop it (and its test
+# binary) as a group before the cluster goes away.
+export KUBECONFIG
+export ELECTOR_E2E_IMAGE="$IMAGE_REPO:$VERSION"
+export ELECTOR_E2E_PULL_POLICY="${ELECTOR_E2E_PULL_POLICY:-Never}"
+export KUBECTL="$ELECTOR_BIN/kubectl" HELM="$ELECTOR_BIN/helm"
+log "running test/e2e against $KUBECONFIG with $ELECTOR_E2E_IMAGE"
+rc=0
+setsid go test -tags e2e -count=1 -v -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./test/e2e/... &
+test_pid=$!
+wait "$test_pid" || rc=$?
+test_pid=""
+phase "tests (exit $rc)"
+exit "$rc"

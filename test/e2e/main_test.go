@@ -1,0 +1,205 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Election timings of every release: short, so takeovers are quick, and far
+// from the limits a loaded 2-core machine could miss.
+const (
+	leaseDuration   = 4 * time.Second
+	renewDeadline   = 3 * time.Second
+	retryPeriod     = 500 * time.Millisecond
+	clockSkewMargin = 500 * time.Millisecond
+	replicas        = 3
+)
+
+// Names the chart gives things for release "e2e" (fullname "<release>-elector-sidecar").
+const (
+	releaseName   = "e2e"
+	fullname      = "e2e-elector-sidecar"
+	sidecarName   = "elector" // sidecar.name
+	appName       = "app"     // app.name
+	demoStoreName = fullname + "-demo-store"
+)
+
+// suiteConfig is read once from the environment by TestMain.
+type suiteConfig struct {
+	kubeconfig string
+	kubectl    string
+	helm       string
+	helmHome   string
+	chart      string
+	imageRepo  string
+	imageTag   string
+	pullPolicy string
+	restConfig *rest.Config
+	cs         kubernetes.Interface
+}
+
+var suite *suiteConfig
+
+func TestMain(m *testing.M) {
+	c, err := loadSuiteConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
+	suite = c
+	code := m.Run()
+	printTimings()
+	os.RemoveAll(c.helmHome)
+	os.Exit(code)
+}
+
+func loadSuiteConfig() (*suiteConfig, error) {
+	c := &suiteConfig{kubeconfig: os.Getenv("KUBECONFIG")}
+	if c.kubeconfig == "" {
+		return nil, errors.New("KUBECONFIG is not set: point it at the cluster to test (hack/e2e.sh does)")
+	}
+	image := os.Getenv("ELECTOR_E2E_IMAGE")
+	if image == "" {
+		return nil, errors.New("ELECTOR_E2E_IMAGE is not set: the image under test as REPOSITORY:TAG, loaded on the nodes (hack/e2e.sh does)")
+	}
+	i := strings.LastIndex(image, ":")
+	if i <= 0 || strings.Contains(image[i:], "/") || strings.Contains(image, "@") {
+		return nil, fmt.Errorf("ELECTOR_E2E_IMAGE %q: want REPOSITORY:TAG", image)
+	}
+	c.imageRepo, c.imageTag = image[:i], image[i+1:]
+	c.pullPolicy = envOr("ELECTOR_E2E_PULL_POLICY", "Never")
+
+	chart := os.Getenv("ELECTOR_E2E_CHART")
+	if chart == "" {
+		chart = filepath.Join("..", "..", "charts", "elector-sidecar") // go test runs in the package directory
+	}
+	abs, err := filepath.Abs(chart)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(abs, "Chart.yaml")); err != nil {
+		return nil, fmt.Errorf("chart %s: %w (set ELECTOR_E2E_CHART)", abs, err)
+	}
+	c.chart = abs
+
+	if c.kubectl, err = findTool("KUBECTL", "kubectl"); err != nil {
+		return nil, err
+	}
+	if c.helm, err = findTool("HELM", "helm"); err != nil {
+		return nil, err
+	}
+	// Helm's own config and cache in a throwaway directory: nothing of the user's is read or written.
+	if c.helmHome, err = os.MkdirTemp("", "elector-e2e-helm-"); err != nil {
+		return nil, err
+	}
+
+	c.restConfig, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", c.kubeconfig, err)
+	}
+	c.restConfig.QPS, c.restConfig.Burst = 50, 100
+	c.restConfig.UserAgent = "elector-sidecar-e2e"
+	if c.cs, err = kubernetes.NewForConfig(c.restConfig); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var v string
+	for {
+		sv, err := c.cs.Discovery().ServerVersion()
+		if err == nil {
+			v = sv.GitVersion
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("cluster in %s not reachable: %w", c.kubeconfig, err)
+		}
+		time.Sleep(time.Second)
+	}
+	fmt.Printf("e2e: cluster %s (KUBECONFIG=%s), image %s (pull policy %s), chart %s, kubectl %s, helm %s\n",
+		v, c.kubeconfig, image, c.pullPolicy, c.chart, c.kubectl, c.helm)
+	return c, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// findTool: $ENV, else NAME on PATH, else the hack/ binaries cache.
+func findTool(env, name string) (string, error) {
+	if p := os.Getenv(env); p != "" {
+		return exec.LookPath(p)
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	cache := os.Getenv("ELECTOR_CACHE_DIR")
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "elector-sidecar")
+	}
+	p := filepath.Join(cache, "bin", name)
+	if st, err := os.Stat(p); err == nil && !st.IsDir() {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found: set %s, put it on PATH, or build it with hack/build-binaries.sh", name, env)
+}
+
+// Timings: every test records what it measured; TestMain prints them all at the end.
+var timings struct {
+	sync.Mutex
+	lines []string
+}
+
+// timing logs one measured duration and keeps it for the summary.
+func timing(t *testing.T, what string, d time.Duration) {
+	t.Helper()
+	s := fmt.Sprintf("%-34s %-46s %8.2fs", t.Name(), what, d.Seconds())
+	t.Logf("timing: %s %.2fs", what, d.Seconds())
+	timings.Lock()
+	timings.lines = append(timings.lines, s)
+	timings.Unlock()
+}
+
+// note keeps a non-duration measurement (a count) for the summary.
+func note(t *testing.T, what string, v any) {
+	t.Helper()
+	s := fmt.Sprintf("%-34s %-46s %9v", t.Name(), what, v)
+	t.Logf("measured: %s %v", what, v)
+	timings.Lock()
+	timings.lines = append(timings.lines, s)
+	timings.Unlock()
+}
+
+func printTimings() {
+	timings.Lock()
+	defer timings.Unlock()
+	if len(timings.lines) == 0 {
+		return
+	}
+	fmt.Println("e2e timings:")
+	for _, l := range timings.lines {
+		fmt.Println("  " + l)
+	}
+}
