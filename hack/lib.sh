@@ -94,12 +94,13 @@ with_lock() {
   )
 }
 
-# ocitar ARGS...: runs hack/cluster/ocitar (writes image tarballs without Docker), built once into the bin dir.
-ocitar() {
-  local bin="$ELECTOR_BIN/ocitar"
-  if [[ ! -x "$bin" || "$ELECTOR_ROOT/hack/cluster/ocitar/main.go" -nt "$bin" || "$ELECTOR_ROOT/hack/cluster/go.sum" -nt "$bin" ]]; then
+# mkimage ARGS...: runs hack/tools/mkimage (image tarballs without Docker, as `make image` builds them),
+# rebuilt into the bin dir when its source changes.
+mkimage() {
+  local bin="$ELECTOR_BIN/mkimage" src="$ELECTOR_ROOT/hack/tools"
+  if [[ ! -x "$bin" || -n "$(find "$src/mkimage" "$src/go.sum" -newer "$bin" -print -quit)" ]]; then
     mkdir -p "$ELECTOR_BIN"
-    (cd "$ELECTOR_ROOT/hack/cluster" && GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$bin.tmp.$$" ./ocitar) &&
+    (cd "$src" && GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$bin.tmp.$$" ./mkimage) &&
       mv -f "$bin.tmp.$$" "$bin"
   fi
   "$bin" "$@"

@@ -391,13 +391,13 @@ pause_image() {
   PAUSE_REF="registry.k8s.io/pause:$tag"
   PAUSE_TAR="$IMAGES/pause-$tag.tar"
   mkdir -p "$IMAGES"
-  if [[ -f "$PAUSE_TAR" && "$(cat "$PAUSE_TAR.stamp" 2>/dev/null)" == "$K8S_VERSION $tag" ]]; then
+  if [[ -f "$PAUSE_TAR" && "$(cat "$PAUSE_TAR.stamp" 2>/dev/null)" == "$K8S_VERSION $tag mkimage" ]]; then
     return 0
   fi
   log "building the pause image $PAUSE_REF from $dir/build/pause/linux/pause.c"
   gcc -Os -Wall -static -DVERSION="v$tag-elector" -o "$IMAGES/pause.bin" "$dir/build/pause/linux/pause.c"
-  ocitar -o "$PAUSE_TAR" -ref "$PAUSE_REF" -file "$IMAGES/pause.bin:/pause" -entrypoint /pause -user 65535:65535
-  echo "$K8S_VERSION $tag" >"$PAUSE_TAR.stamp"
+  mkimage --out "$PAUSE_TAR" --tag "$PAUSE_REF" --file "$IMAGES/pause.bin:/pause" --entrypoint /pause --user 65535:65535 >/dev/null
+  echo "$K8S_VERSION $tag mkimage" >"$PAUSE_TAR.stamp"
 }
 
 write_configs() {

@@ -36,7 +36,7 @@ check() { # check DESC CMD...
 # The test image: hack/cluster/testbin, static, in a single-layer image.
 mkdir -p "$IMAGES"
 (cd "$ELECTOR_ROOT/hack/cluster" && GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$IMAGES/testbin.bin" ./testbin)
-ocitar -o "$IMAGES/testbin.tar" -ref "$IMG" -file "$IMAGES/testbin.bin:/testbin" -entrypoint /testbin
+mkimage --out "$IMAGES/testbin.tar" --tag "$IMG" --file "$IMAGES/testbin.bin:/testbin" --entrypoint /testbin
 ctr --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images import "$IMAGES/testbin.tar" >/dev/null 2>&1 ||
   die "ctr images import $IMAGES/testbin.tar failed"
 log "imported $IMG"
