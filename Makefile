@@ -47,6 +47,10 @@ image: ## Build the image as a tarball without Docker: _output/elector-sidecar-i
 tools: ## Build kube-apiserver, kubectl, etcd and helm into the cache (hack/build-binaries.sh).
 	hack/build-binaries.sh
 
+.PHONY: tools-cluster
+tools-cluster: ## Also build kubelet, controller-manager, scheduler, containerd, runc, CNI plugins.
+	hack/build-binaries.sh --cluster
+
 .PHONY: cluster-up
 cluster-up: ## Start the local single-node cluster (hack/local-cluster.sh up).
 	hack/local-cluster.sh up
@@ -54,6 +58,24 @@ cluster-up: ## Start the local single-node cluster (hack/local-cluster.sh up).
 .PHONY: cluster-down
 cluster-down: ## Tear the local cluster down completely (hack/local-cluster.sh down).
 	hack/local-cluster.sh down
+
+.PHONY: cluster-status
+cluster-status: ## Is the local cluster running? (exit 1 if not)
+	hack/local-cluster.sh status
+
+.PHONY: cluster-smoke
+cluster-smoke: ## Smoke-check the running local cluster (pods, native sidecars, logs, exec, graceful delete).
+	hack/local-cluster.sh smoke
+
+.PHONY: test-chart
+test-chart: ## Chart and config/ tests only (Helm SDK, kustomize, envtest).
+	hack/build-binaries.sh
+	cd test/chart && KUBEBUILDER_ASSETS=$$(../../hack/build-binaries.sh --print-dir) go test -count=1 ./...
+
+.PHONY: lint-chart
+lint-chart: ## helm lint --strict of the chart.
+	hack/build-binaries.sh helm
+	$$(hack/build-binaries.sh --print-dir)/helm lint --strict charts/elector-sidecar
 
 .PHONY: e2e-kind
 e2e-kind: ## On a Docker host: the e2e suite in a kind cluster (hack/e2e-kind.sh).
