@@ -1,0 +1,530 @@
+// Command elector-bench compares elector-sidecar with client-go's
+// leaderelection (the test/framework/clientgo-candidate program: a plain
+// LeaderElector on a LeaseLock with ReleaseOnCancel) on one local
+// kube-apiserver, in one run, and prints a table: ours, the baseline, the
+// ratio, the goal from issue 4.
+//
+// Sections (select with --only, comma-separated):
+//
+//	handoff    graceful handoff: leader SIGTERMed (both) or POST /release (ours) -> next leader
+//	failover   crash failover: leader SIGKILLed -> next leader, minus leaseDuration
+//	api        apiserver Lease requests by verb: an idle follower, a leader
+//	localapi   /leader and /token throughput and latency vs a bare net/http handler
+//	footprint  RSS after a minute, binary size
+//	scale      10 and 100 candidates on one Lease: handoff latency, requests/s
+//
+// Results go to --out (Markdown, JSON and a PNG CDF plot of handoff latency).
+// `elector-bench bare-server --addr=HOST:PORT` is the baseline HTTP server
+// (started by the bench itself).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
+
+var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale"}
+
+type options struct {
+	only           map[string]bool
+	trials         int
+	failoverTrials int
+	candidates     int
+	window         time.Duration
+	footprintWait  time.Duration
+	conns          int
+	rate           float64
+	maxDur         time.Duration
+	fixedDur       time.Duration
+	repeats        int
+	scaleSizes     []int
+	scaleTrials    int
+	scaleWindow    time.Duration
+	out            string
+	png            string
+	keepLogs       bool
+	verbose        bool
+	quick          bool
+	skipBaseline   bool
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("elector-bench", flag.ContinueOnError)
+	only := fs.String("only", strings.Join(allSections, ","), "sections to run: "+strings.Join(allSections, ","))
+	fs.IntVar(&o.trials, "trials", 30, "trials per series in the handoff section (and failover unless --failover-trials)")
+	fs.IntVar(&o.failoverTrials, "failover-trials", 0, "trials per series in the failover section (0: --trials)")
+	fs.IntVar(&o.candidates, "candidates", 3, "candidates per Lease in the handoff and failover sections")
+	fs.DurationVar(&o.window, "window", 30*time.Second, "measurement window per client in the api section")
+	fs.DurationVar(&o.footprintWait, "footprint-wait", time.Minute, "age of the processes when their RSS is read")
+	fs.IntVar(&o.conns, "conns", 50, "concurrent keep-alive connections in the localapi section")
+	fs.Float64Var(&o.rate, "rate", 5000, "fixed request rate (req/s) in the localapi section")
+	fs.DurationVar(&o.maxDur, "max-duration", 3*time.Second, "length of one max-throughput run in the localapi section")
+	fs.DurationVar(&o.fixedDur, "fixed-duration", 4*time.Second, "length of one fixed-rate run in the localapi section")
+	fs.IntVar(&o.repeats, "repeats", 3, "repeats of each localapi run (interleaved across targets)")
+	sizes := fs.String("scale-sizes", "10,100", "candidate counts in the scale section")
+	fs.IntVar(&o.scaleTrials, "scale-trials", 10, "handoff trials per size and kind in the scale section")
+	fs.DurationVar(&o.scaleWindow, "scale-window", 20*time.Second, "steady-state window per size and kind in the scale section")
+	fs.StringVar(&o.out, "out", "results", "directory for the Markdown, JSON and PNG results")
+	fs.StringVar(&o.png, "png", "", "also write the handoff plot here (e.g. docs/benchmarks.png)")
+	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the candidates' logs (kept anyway when a section fails)")
+	fs.BoolVar(&o.verbose, "v", false, "echo every candidate's log lines")
+	fs.BoolVar(&o.skipBaseline, "skip-baseline", false, "run elector-sidecar only (to compare a patched core, with ELECTOR_SIDECAR_BINARY, against an earlier run)")
+	fs.BoolVar(&o.quick, "quick", false, "development run: 10 trials, 10 s windows, 10 s footprint wait, 1 localapi repeat, scale 10 only (explicit flags win)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.quick {
+		quick := map[string]func(){
+			"trials":         func() { o.trials = 10 },
+			"window":         func() { o.window = 10 * time.Second },
+			"footprint-wait": func() { o.footprintWait = 10 * time.Second },
+			"repeats":        func() { o.repeats = 1 },
+			"scale-sizes":    func() { *sizes = "10" },
+			"scale-trials":   func() { o.scaleTrials = 5 },
+			"scale-window":   func() { o.scaleWindow = 10 * time.Second },
+		}
+		for name, f := range quick {
+			if !set[name] {
+				f()
+			}
+		}
+	}
+	if o.failoverTrials == 0 {
+		o.failoverTrials = o.trials
+	}
+	o.only = map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		known := false
+		for _, k := range allSections {
+			known = known || k == s
+		}
+		if !known {
+			return nil, fmt.Errorf("--only: unknown section %q (known: %s)", s, strings.Join(allSections, ","))
+		}
+		o.only[s] = true
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("--scale-sizes: %q is not a candidate count >= 2", s)
+		}
+		o.scaleSizes = append(o.scaleSizes, n)
+	}
+	if o.trials < 1 || o.failoverTrials < 1 || o.scaleTrials < 1 || o.candidates < 2 || o.conns < 1 || o.repeats < 1 {
+		return nil, errors.New("--trials, --failover-trials, --scale-trials, --repeats and --conns must be >= 1, --candidates >= 2")
+	}
+	if o.window < 6*time.Second || o.scaleWindow < 6*time.Second {
+		return nil, errors.New("--window and --scale-window must be at least 6s")
+	}
+	return o, nil
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bare-server" {
+		fs := flag.NewFlagSet("bare-server", flag.ExitOnError)
+		addr := fs.String("addr", "127.0.0.1:0", "listen address")
+		_ = fs.Parse(os.Args[2:])
+		if err := serveBare(*addr); err != nil {
+			fmt.Fprintln(os.Stderr, "bare-server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "elector-bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "elector-bench: FAIL:", err)
+		os.Exit(1)
+	}
+}
+
+func (e *env) progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%s] "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run(ctx context.Context, o *options) error {
+	started := time.Now()
+	rep := &Report{Started: started, Command: commandLine(), Machine: machineInfo()}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	e := &env{verbose: o.verbose, selfPath: self, skipBaseline: o.skipBaseline}
+	e.progress("machine: %s", rep.Machine)
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if !filepath.IsAbs(o.out) {
+		o.out = filepath.Join(root, o.out)
+	}
+	stamp := started.Format("20060102-150405")
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "elector-bench-")
+	if err != nil {
+		return err
+	}
+	e.logDir = filepath.Join(tmp, "logs")
+	failed := false
+	defer func() {
+		if failed || o.keepLogs {
+			e.progress("candidate logs kept in %s", e.logDir)
+			_ = os.RemoveAll(filepath.Join(tmp, "bin"))
+		} else {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+
+	e.progress("building elector-sidecar and clientgo-candidate (static, -trimpath -s -w)")
+	if e.bins, err = buildBinaries(filepath.Join(tmp, "bin")); err != nil {
+		return err
+	}
+	e.progress("starting etcd + kube-apiserver")
+	cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{})
+	if err != nil {
+		return err
+	}
+	e.cp = cp
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			e.progress("%v", err)
+		}
+	}()
+	e.progress("control plane at %s", cp.APIServerURL())
+
+	handoffT := framework.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond}
+	failoverT := framework.TestTimings
+
+	section := func(key, title, setup, baseline string, f func(s *Section) error) {
+		if !o.only[key] || ctx.Err() != nil {
+			return
+		}
+		s := &Section{Key: key, Title: title, Setup: setup, Baseline: baseline}
+		rep.Sections = append(rep.Sections, s)
+		e.progress("%s", title)
+		t0 := time.Now()
+		if err := f(s); err != nil {
+			failed = true
+			s.Error = err.Error()
+			e.progress("  %s FAILED: %v", key, err)
+		}
+		s.Seconds = time.Since(t0).Seconds()
+	}
+
+	// The footprint processes start first and are read after the handoff
+	// section, so the minute they need overlaps other work. They leave
+	// before the api section, whose windows must see only the client under test.
+	var fp *FootprintResult
+	if o.only["footprint"] {
+		e.progress("5. footprint: starting a leader and a follower of each kind")
+		if fp, err = e.beginFootprint(ctx, o.footprintWait); err != nil {
+			return fmt.Errorf("footprint: %w", err)
+		}
+	}
+
+	var handoff map[string]*TrialsResult
+	section("localapi", "4. Local API: /leader and /token under load vs a bare net/http handler",
+		fmt.Sprintf("one leading sidecar; %d keep-alive connections from a Go load generator on the same machine; max throughput %v per run, fixed rate %.0f req/s %v per run; %d repeats interleaved; latency at fixed rate counted from the scheduled send time",
+			o.conns, o.maxDur, o.rate, o.fixedDur, o.repeats), "bare net/http",
+		func(s *Section) error {
+			r, err := e.runLocalAPI(ctx, o)
+			s.Data = r
+			if r != nil {
+				s.Rows = r.rows()
+			}
+			return err
+		})
+
+	section("handoff", "1. Graceful handoff: leader leaves -> next candidate has acquired the Lease",
+		fmt.Sprintf("%d candidates on one Lease, timings %s for both, client-go with ReleaseOnCancel; %d trials per series; leader SIGTERMed (both) or POST /release (ours); the old leader is replaced by a new process each trial; end = the new leader logs its successful acquiring write",
+			o.candidates, fmtTimings(handoffT), o.trials), "client-go",
+		func(s *Section) error {
+			handoff = map[string]*TrialsResult{}
+			s.Data = handoff
+			for _, run := range []struct {
+				kind framework.CandidateKind
+				mode string
+			}{{sc, modeSIGTERM}, {cg, modeSIGTERM}, {sc, modeRelease}} {
+				if run.kind == cg && o.skipBaseline {
+					continue
+				}
+				e.progress("  %s, %s", run.kind, run.mode)
+				r, err := e.runTrials(ctx, run.kind, run.mode, handoffT, o.candidates, o.trials)
+				handoff[string(run.kind)+"/"+run.mode] = r
+				if err != nil {
+					return err
+				}
+			}
+			s.Rows = handoffRows(handoff)
+			return nil
+		})
+
+	if fp != nil {
+		section("footprint", "5. Footprint", fmt.Sprintf("one leader and one follower of each kind on their own Leases (timings %s), idle; RSS read from /proc/PID/status after at least %v; binaries built as the image builds them", fmtTimings(handoffT), o.footprintWait),
+			"client-go", func(s *Section) error {
+				s.Data = fp
+				err := fp.finish(ctx, e)
+				s.Rows = fp.rows()
+				return err
+			})
+	}
+
+	section("failover", "2. Crash failover: leader SIGKILLed -> next candidate has acquired the Lease",
+		fmt.Sprintf("%d candidates on one Lease, timings %s for both; %d trials per series; a replacement process starts right after the kill; overhead = failover time minus leaseDuration",
+			o.candidates, fmtTimings(failoverT), o.failoverTrials), "client-go",
+		func(s *Section) error {
+			res := map[string]*TrialsResult{}
+			s.Data = res
+			for _, kind := range e.kinds() {
+				e.progress("  %s, kill", kind)
+				r, err := e.runTrials(ctx, kind, modeKill, failoverT, o.candidates, o.failoverTrials)
+				res[string(kind)] = r
+				if err != nil {
+					return err
+				}
+			}
+			s.Rows = failoverRows(res[string(sc)], res[string(cg)], failoverT)
+			return nil
+		})
+
+	section("api", "3. API server load: Lease requests by verb, from kube-apiserver's apiserver_request_total",
+		fmt.Sprintf("timings %s; one client under test at a time, %v window each, scraped every 10 s; idle follower = one candidate beside a stand-in leader the bench runs (renewing every retryPeriod), whose requests and the apiserver's own Lease writes are subtracted; leader = one candidate alone",
+			fmtTimings(handoffT), o.window), "client-go",
+		func(s *Section) error {
+			r, err := e.runAPILoad(ctx, handoffT, o.window)
+			s.Data = r
+			if err == nil {
+				s.Rows = apiRows(r)
+			}
+			return err
+		})
+
+	section("scale", "6. Scale: many candidates on one Lease",
+		fmt.Sprintf("sizes %v, timings %s for both; %v steady-state window (Lease requests of all candidates, after the start-up burst), then %d SIGTERM handoffs each",
+			o.scaleSizes, fmtTimings(handoffT), o.scaleWindow, o.scaleTrials), "client-go",
+		func(s *Section) error {
+			pts, err := e.runScale(ctx, o)
+			s.Data = pts
+			s.Rows = scaleRows(pts)
+			return err
+		})
+
+	rep.Seconds = time.Since(started).Seconds()
+	rep.printText(os.Stdout)
+
+	base := filepath.Join(o.out, "bench-"+stamp)
+	md := "### elector-bench results\n\n" + rep.markdown()
+	if err := os.WriteFile(base+".md", []byte(md), 0o644); err != nil {
+		return err
+	}
+	js, err := rep.json()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".json", js, 0o644); err != nil {
+		return err
+	}
+	written := []string{base + ".md", base + ".json"}
+	if handoff != nil {
+		var series []Series
+		for _, s := range []struct {
+			key, label string
+			col        func() Series
+		}{
+			{"elector-sidecar/sigterm", "ours, sigterm", nil},
+			{"elector-sidecar/release", "ours, post /release", nil},
+			{"clientgo-candidate/sigterm", "client-go, sigterm", nil},
+		} {
+			if r := handoff[s.key]; r != nil && len(r.Latency.Raw) > 0 {
+				c := colOurs
+				switch s.key {
+				case "elector-sidecar/release":
+					c = colOurs2
+				case "clientgo-candidate/sigterm":
+					c = colBase
+				}
+				series = append(series, Series{Label: s.label, Color: c, Ms: r.Latency.Raw})
+			}
+		}
+		if len(series) > 0 {
+			title := fmt.Sprintf("graceful handoff latency, cdf (%s, %d candidates)", fmtTimings(handoffT), o.candidates)
+			paths := []string{base + "-handoff.png"}
+			if o.png != "" {
+				paths = append(paths, o.png)
+			}
+			for _, p := range paths {
+				if err := writeCDFPlot(p, title, series); err != nil {
+					return err
+				}
+				written = append(written, p)
+			}
+		}
+	}
+	fmt.Printf("\nwrote %s\n", strings.Join(written, ", "))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if failed {
+		return errors.New("one or more sections failed (see above)")
+	}
+	return nil
+}
+
+func commandLine() string {
+	args := []string{"elector-bench"}
+	for _, a := range os.Args[1:] {
+		args = append(args, a)
+	}
+	if c := os.Getenv("ELECTOR_BENCH_COMMAND"); c != "" {
+		return c
+	}
+	return strings.Join(args, " ")
+}
+
+func fmtTimings(t framework.Timings) string {
+	return fmt.Sprintf("%v/%v/%v", t.LeaseDuration, t.RenewDeadline, t.RetryPeriod)
+}
+
+// ---- rows of sections 1-3 ----
+
+func distRows(prefix string, o, b *Dist, goal50, goal99 float64) []Row {
+	cell := func(d *Dist, f func(Dist) float64) string {
+		if d == nil || d.N == 0 {
+			return "n/a"
+		}
+		return fmtMs(f(*d))
+	}
+	rat := func(f func(Dist) float64) string {
+		if o == nil || b == nil || o.N == 0 || b.N == 0 {
+			return "n/a"
+		}
+		return ratio(f(*o), f(*b))
+	}
+	p50 := func(d Dist) float64 { return d.P50 }
+	p95 := func(d Dist) float64 { return d.P95 }
+	p99 := func(d Dist) float64 { return d.P99 }
+	n := 0
+	if o != nil {
+		n = o.N
+	}
+	rows := []Row{
+		{Metric: fmt.Sprintf("%s p50", prefix), Ours: cell(o, p50), Baseline: cell(b, p50), Ratio: rat(p50)},
+		{Metric: fmt.Sprintf("%s p95", prefix), Ours: cell(o, p95), Baseline: cell(b, p95), Ratio: rat(p95)},
+		{Metric: fmt.Sprintf("%s p99 (n=%d: the maximum below n=100)", prefix, n), Ours: cell(o, p99), Baseline: cell(b, p99), Ratio: rat(p99)},
+		{Metric: fmt.Sprintf("%s spread: IQR; min–max", prefix), Ours: spreadCell(o), Baseline: spreadCell(b)},
+	}
+	if goal50 > 0 && o != nil && o.N > 0 {
+		rows[0].Goal, rows[0].Met = "≤ "+fmtMs(goal50), verdict(o.P50 <= goal50)
+	}
+	if goal99 > 0 && o != nil && o.N > 0 {
+		rows[2].Goal, rows[2].Met = "≤ "+fmtMs(goal99), verdict(o.P99 <= goal99)
+	}
+	return rows
+}
+
+func spreadCell(d *Dist) string {
+	if d == nil || d.N == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%s–%s; %s–%s", fmtMs(d.P25), fmtMs(d.P75), fmtMs(d.Min), fmtMs(d.Max))
+}
+
+func latency(r *TrialsResult) *Dist {
+	if r == nil {
+		return nil
+	}
+	return &r.Latency
+}
+
+func handoffRows(h map[string]*TrialsResult) []Row {
+	rows := distRows("SIGTERM -> next leader:", latency(h["elector-sidecar/sigterm"]), latency(h["clientgo-candidate/sigterm"]), 50, 200)
+	rel := distRows("POST /release -> next leader:", latency(h["elector-sidecar/release"]), nil, 50, 200)
+	for i := range rel {
+		rel[i].Baseline = "n/a (no release call)"
+	}
+	return append(rows, rel...)
+}
+
+func failoverRows(o, b *TrialsResult, t framework.Timings) []Row {
+	if o == nil {
+		return nil
+	}
+	if b == nil {
+		b = &TrialsResult{Latency: Dist{P50: math.NaN()}}
+	}
+	rows := distRows("overhead (SIGKILL -> next leader, minus leaseDuration):", o.OverKill, b.OverKill, 0, 100)
+	for i := range rows {
+		rows[i].Ratio = "n/a" // may be negative: the last renew came before the kill
+	}
+	r2 := distRows("overhead vs last renew seen + leaseDuration:", o.OverRenew, b.OverRenew, 0, 0)
+	for i := range r2 {
+		r2[i].Ratio = "n/a"
+	}
+	rows = append(rows, r2[0], r2[2])
+	rows = append(rows, Row{Metric: fmt.Sprintf("failover time (SIGKILL -> next leader) p50 (leaseDuration %v)", t.LeaseDuration),
+		Ours: fmtMs(o.Latency.P50), Baseline: fmtMs(b.Latency.P50), Ratio: ratio(o.Latency.P50, b.Latency.P50)})
+	return rows
+}
+
+func apiRows(r *APILoadResult) []Row {
+	o, b := r.Follower[string(sc)], r.Follower[string(cg)]
+	ol, bl := r.Leader[string(sc)], r.Leader[string(cg)]
+	if o == nil || ol == nil {
+		return nil
+	}
+	noBase := b == nil || bl == nil
+	if noBase {
+		b, bl = &WindowResult{}, &WindowResult{}
+	}
+	perRenew := func(w *WindowResult) float64 {
+		if w.LeaseWrites == 0 {
+			return 0
+		}
+		return w.Requests.total() / w.LeaseWrites
+	}
+	rows := []Row{
+		{Metric: "idle follower: Lease requests/s (sub-window min–max)", Ours: fmtRate(o), Baseline: fmtRate(b), Ratio: ratio(o.PerSecond.total(), b.PerSecond.total()),
+			Goal: "≤ 0.02/s", Met: verdict(o.PerSecond.total() <= 0.02)},
+		{Metric: fmt.Sprintf("idle follower: requests in the %.0f s window, by verb", o.Seconds), Ours: o.Requests.String(), Baseline: b.Requests.String()},
+		{Metric: "leader: Lease requests/s (sub-window min–max)", Ours: fmtRate(ol), Baseline: fmtRate(bl), Ratio: ratio(ol.PerSecond.total(), bl.PerSecond.total())},
+		{Metric: fmt.Sprintf("leader: requests in the %.0f s window, by verb", ol.Seconds), Ours: ol.Requests.String(), Baseline: bl.Requests.String()},
+		{Metric: "leader: requests per renew (renews = writes seen on a watch)", Ours: fmt.Sprintf("%.2f (%.0f / %.0f)", perRenew(ol), ol.Requests.total(), ol.LeaseWrites),
+			Baseline: fmt.Sprintf("%.2f (%.0f / %.0f)", perRenew(bl), bl.Requests.total(), bl.LeaseWrites), Ratio: ratio(perRenew(ol), perRenew(bl)),
+			Goal: "1 write per renew", Met: verdict(ol.Requests["PUT"] <= ol.LeaseWrites+1 && ol.Requests.total() <= ol.LeaseWrites+1)},
+	}
+	if noBase {
+		for i := range rows {
+			rows[i].Baseline, rows[i].Ratio = "n/a", "n/a"
+		}
+	}
+	return rows
+}

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
+
+const (
+	sc = framework.KindSidecar
+	cg = framework.KindClientGo
+)
+
+// ---- 4. local API ----
+
+// LocalAPIResult is section 4's data: every run, in the order made.
+type LocalAPIResult struct {
+	Conns   int          `json:"conns"`
+	Rate    float64      `json:"fixedRateRps"`
+	Runs    []LoadResult `json:"runs"`
+	Targets []string     `json:"targets"`
+}
+
+type loadTarget struct{ name, addr, path string }
+
+func (e *env) runLocalAPI(ctx context.Context, o *options) (*LocalAPIResult, error) {
+	res := &LocalAPIResult{Conns: o.conns, Rate: o.rate}
+	// The sidecar under load leads its own Lease (so /token answers 200).
+	p, _, err := e.startPool(ctx, sc, "bench-localapi", framework.Timings{}, 1)
+	if p != nil {
+		defer p.stopAll()
+	}
+	if err != nil {
+		return res, err
+	}
+	sidecar := strings.TrimPrefix(p.members[0].URL, "http://")
+	if err := waitToken(ctx, p.members[0], 10*time.Second); err != nil {
+		return res, err
+	}
+	bareAddr, err := framework.FreeAddress()
+	if err != nil {
+		return res, err
+	}
+	bare, err := framework.StartProcess(framework.ProcessSpec{Name: "bare-server", Path: e.selfPath, Args: []string{"bare-server", "--addr=" + bareAddr}, LogDir: e.logDir})
+	if err != nil {
+		return res, err
+	}
+	defer bare.Stop(2 * time.Second)
+	if err := waitDial(bareAddr, 10*time.Second); err != nil {
+		return res, err
+	}
+	targets := []loadTarget{{"bare net/http", bareAddr, "/token"}, {"/leader", sidecar, "/leader"}, {"/token", sidecar, "/token"}}
+	for _, t := range targets {
+		res.Targets = append(res.Targets, t.name)
+	}
+	// Interleave targets in each repeat, so drift in the machine's load
+	// hits all of them alike.
+	for r := 0; r < o.repeats; r++ {
+		for _, t := range targets {
+			lr, err := runLoad(ctx, t.name, t.addr, t.path, o.conns, 0, o.maxDur)
+			if err != nil {
+				return res, err
+			}
+			res.Runs = append(res.Runs, lr)
+			e.progress("    %s max: %.0f req/s, p99 %s", t.name, lr.RPS, fmtMs(lr.Latency.P99))
+		}
+		for _, t := range targets {
+			lr, err := runLoad(ctx, t.name, t.addr, t.path, o.conns, o.rate, o.fixedDur)
+			if err != nil {
+				return res, err
+			}
+			res.Runs = append(res.Runs, lr)
+			e.progress("    %s at %.0f req/s: achieved %.0f, p50 %s, p99 %s", t.name, o.rate, lr.RPS, fmtMs(lr.Latency.P50), fmtMs(lr.Latency.P99))
+		}
+	}
+	return res, nil
+}
+
+func waitDial(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("dial %s: %w", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *LocalAPIResult) spreads(target, mode string, f func(LoadResult) float64) Spread {
+	var vs []float64
+	for _, run := range r.Runs {
+		if run.Target == target && run.Mode == mode {
+			vs = append(vs, f(run))
+		}
+	}
+	return NewSpread(vs)
+}
+
+func (r *LocalAPIResult) rows() []Row {
+	rps := func(l LoadResult) float64 { return l.RPS }
+	p50 := func(l LoadResult) float64 { return l.Latency.P50 }
+	p99 := func(l LoadResult) float64 { return l.Latency.P99 }
+	bare := "bare net/http"
+	var rows []Row
+	bmax := r.spreads(bare, "max", rps)
+	for _, t := range []string{"/leader", "/token"} {
+		s := r.spreads(t, "max", rps)
+		rows = append(rows, Row{
+			Metric: "GET " + t + ": max throughput, req/s (median; min–max)", Ours: fmtRateSpread(s), Baseline: fmtRateSpread(bmax),
+			Ratio: ratio(s.Median, bmax.Median), Goal: "≥ 0.70 × bare", Met: verdict(s.Median >= 0.7*bmax.Median),
+		})
+	}
+	bm99 := r.spreads(bare, "max", p99)
+	for _, t := range []string{"/leader", "/token"} {
+		s := r.spreads(t, "max", p99)
+		rows = append(rows, Row{Metric: "GET " + t + ": p99 at max throughput", Ours: fmtMsSpread(s), Baseline: fmtMsSpread(bm99), Ratio: ratio(s.Median, bm99.Median)})
+	}
+	s99 := func(l LoadResult) float64 {
+		if l.FromSchedule == nil {
+			return 0
+		}
+		return l.FromSchedule.P99
+	}
+	b50, b99, bs99 := r.spreads(bare, "fixed", p50), r.spreads(bare, "fixed", p99), r.spreads(bare, "fixed", s99)
+	bach := r.spreads(bare, "fixed", rps)
+	for _, t := range []string{"/leader", "/token"} {
+		o50, o99, os99, ach := r.spreads(t, "fixed", p50), r.spreads(t, "fixed", p99), r.spreads(t, "fixed", s99), r.spreads(t, "fixed", rps)
+		rows = append(rows,
+			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: p50 (send -> response)", t, r.Rate), Ours: fmtMsSpread(o50), Baseline: fmtMsSpread(b50), Ratio: ratio(o50.Median, b50.Median)},
+			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: p99 (send -> response)", t, r.Rate), Ours: fmtMsSpread(o99), Baseline: fmtMsSpread(b99), Ratio: ratio(o99.Median, b99.Median),
+				Goal: "< 1 ms", Met: verdict(o99.Median < 1)},
+			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: p99 from the scheduled send (incl. load-generator timer lateness)", t, r.Rate), Ours: fmtMsSpread(os99), Baseline: fmtMsSpread(bs99), Ratio: ratio(os99.Median, bs99.Median)},
+			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: achieved rate", t, r.Rate), Ours: fmtRateSpread(ach), Baseline: fmtRateSpread(bach), Ratio: ratio(ach.Median, bach.Median)},
+		)
+	}
+	return rows
+}
+
+func fmtRateSpread(s Spread) string {
+	if s.N == 0 {
+		return "n/a"
+	}
+	if s.N == 1 {
+		return fmt.Sprintf("%.0f", s.Median)
+	}
+	return fmt.Sprintf("%.0f (%.0f–%.0f)", s.Median, s.Min, s.Max)
+}
+
+func fmtMsSpread(s Spread) string {
+	if s.N == 0 {
+		return "n/a"
+	}
+	if s.N == 1 {
+		return fmtMs(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", fmtMs(s.Median), fmtMs(s.Min), fmtMs(s.Max))
+}
+
+// ---- 5. footprint ----
+
+// ProcMem is one process's memory, read from /proc/PID/status.
+type ProcMem struct {
+	Role       string  `json:"role"`
+	AgeSeconds float64 `json:"ageSeconds"`
+	RSSBytes   int64   `json:"vmRSSBytes"`
+	HWMBytes   int64   `json:"vmHWMBytes"`
+}
+
+// FootprintResult is section 5's data.
+type FootprintResult struct {
+	WaitSeconds float64              `json:"waitSeconds"`
+	Procs       map[string][]ProcMem `json:"procs"`
+	BinaryBytes map[string]int64     `json:"binaryBytes"`
+	BuildFlags  string               `json:"buildFlags"`
+	pools       map[framework.CandidateKind]*pool
+	leaders     map[framework.CandidateKind]*framework.Candidate
+	started     time.Time
+}
+
+// beginFootprint starts a leader and a follower of each kind on their own
+// Leases; finishFootprint reads their memory once they are old enough.
+func (e *env) beginFootprint(ctx context.Context, wait time.Duration) (*FootprintResult, error) {
+	res := &FootprintResult{WaitSeconds: wait.Seconds(), Procs: map[string][]ProcMem{}, BinaryBytes: map[string]int64{},
+		BuildFlags: "CGO_ENABLED=0 go build -trimpath -ldflags '-s -w'", pools: map[framework.CandidateKind]*pool{}, leaders: map[framework.CandidateKind]*framework.Candidate{}}
+	for _, kind := range e.kinds() {
+		if st, err := os.Stat(e.bins[kind]); err == nil {
+			res.BinaryBytes[string(kind)] = st.Size()
+		}
+		p, leader, err := e.startPool(ctx, kind, "bench-footprint", framework.Timings{}, 2)
+		if p != nil {
+			res.pools[kind] = p
+		}
+		if err != nil {
+			res.stop()
+			return res, err
+		}
+		res.leaders[kind] = leader
+	}
+	res.started = time.Now()
+	return res, nil
+}
+
+func (r *FootprintResult) stop() {
+	for _, p := range r.pools {
+		p.stopAll()
+	}
+}
+
+func (r *FootprintResult) finish(ctx context.Context, e *env) error {
+	defer r.stop()
+	if w := time.Until(r.started.Add(time.Duration(r.WaitSeconds * float64(time.Second)))); w > 0 {
+		e.progress("    footprint: waiting %v more for steady state", w.Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(w):
+		}
+	}
+	for kind, p := range r.pools {
+		for _, c := range p.members {
+			role := "follower"
+			if c == r.leaders[kind] {
+				role = "leader"
+			}
+			rss, hwm, err := procMem(c.Pid())
+			if err != nil {
+				return err
+			}
+			r.Procs[string(kind)] = append(r.Procs[string(kind)], ProcMem{Role: role, AgeSeconds: time.Since(r.started).Seconds(), RSSBytes: rss, HWMBytes: hwm})
+		}
+	}
+	return nil
+}
+
+func procMem(pid int) (rss, hwm int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fs := strings.Fields(v)
+		if len(fs) < 1 {
+			continue
+		}
+		n, _ := strconv.ParseInt(fs[0], 10, 64)
+		switch k {
+		case "VmRSS":
+			rss = n << 10
+		case "VmHWM":
+			hwm = n << 10
+		}
+	}
+	return rss, hwm, sc.Err()
+}
+
+func (r *FootprintResult) mem(kind framework.CandidateKind, role string) (ProcMem, bool) {
+	for _, p := range r.Procs[string(kind)] {
+		if p.Role == role {
+			return p, true
+		}
+	}
+	return ProcMem{}, false
+}
+
+func (r *FootprintResult) rows() []Row {
+	var rows []Row
+	for _, role := range []string{"leader", "follower"} {
+		o, ok := r.mem(sc, role)
+		if !ok {
+			continue
+		}
+		b, _ := r.mem(cg, role) // zero without a baseline: shown as n/a
+		rows = append(rows, Row{
+			Metric:   fmt.Sprintf("RSS of an idle %s after %.0f s (VmRSS; peak VmHWM)", role, o.AgeSeconds),
+			Ours:     fmt.Sprintf("%s (peak %s)", fmtMiB(float64(o.RSSBytes)), fmtMiB(float64(o.HWMBytes))),
+			Baseline: fmt.Sprintf("%s (peak %s)", fmtMiB(float64(b.RSSBytes)), fmtMiB(float64(b.HWMBytes))),
+			Ratio:    ratio(float64(o.RSSBytes), float64(b.RSSBytes)), Goal: "≤ 25 MiB", Met: verdict(o.RSSBytes <= 25<<20),
+		})
+	}
+	rows = append(rows, Row{
+		Metric: "binary size (static, -trimpath -s -w)", Ours: fmtMiB(float64(r.BinaryBytes[string(sc)])), Baseline: fmtMiB(float64(r.BinaryBytes[string(cg)])),
+		Ratio: ratio(float64(r.BinaryBytes[string(sc)]), float64(r.BinaryBytes[string(cg)])),
+	})
+	return rows
+}
+
+// ---- 6. scale ----
+
+// ScalePoint is one (kind, candidates) run.
+type ScalePoint struct {
+	Kind         string        `json:"kind"`
+	Candidates   int           `json:"candidates"`
+	StartSeconds float64       `json:"startSeconds"`
+	Steady       *WindowResult `json:"steadyState"`
+	Handoffs     *TrialsResult `json:"handoffs"`
+	TotalRSS     int64         `json:"totalRSSBytes"`
+	Error        string        `json:"error,omitempty"`
+}
+
+func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
+	var out []*ScalePoint
+	t := framework.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond}
+	cw, err := e.watchAllLeases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cw.stop()
+	idleWatches, err := e.leaseWatches(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range o.scaleSizes {
+		for _, kind := range e.kinds() {
+			pt := &ScalePoint{Kind: string(kind), Candidates: n}
+			out = append(out, pt)
+			err := func() error {
+				start := time.Now()
+				e.progress("    %s × %d: starting", kind, n)
+				p, leader, err := e.startPool(ctx, kind, "bench-scale", t, n)
+				if p != nil {
+					defer p.stopAll()
+				}
+				if err != nil {
+					return err
+				}
+				pt.StartSeconds = time.Since(start).Seconds()
+				// Let the start-up burst (lists, watches, first GETs) pass.
+				time.Sleep(5 * time.Second)
+				for _, c := range p.members {
+					if rss, _, err := procMem(c.Pid()); err == nil {
+						pt.TotalRSS += rss
+					}
+				}
+				e.progress("    %s × %d: steady-state window %v", kind, n, o.scaleWindow)
+				w, err := e.measureWindow(ctx, cw, nil, p.ns, p.lease, o.scaleWindow, 10*time.Second, cw.lastWrite(p.ns, p.lease))
+				if err != nil {
+					return err
+				}
+				pt.Steady = w
+				p.countRequests = true
+				tr, err := p.trials(ctx, leader, modeSIGTERM, o.scaleTrials)
+				pt.Handoffs = tr
+				return err
+			}()
+			if err != nil {
+				pt.Error = err.Error()
+				return out, fmt.Errorf("%s × %d: %w", kind, n, err)
+			}
+			if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func scaleRows(points []*ScalePoint) []Row {
+	find := func(kind framework.CandidateKind, n int) *ScalePoint {
+		for _, p := range points {
+			if p.Kind == string(kind) && p.Candidates == n {
+				return p
+			}
+		}
+		return nil
+	}
+	var sizes []int
+	for _, p := range points {
+		if p.Kind == string(sc) {
+			sizes = append(sizes, p.Candidates)
+		}
+	}
+	var rows []Row
+	for _, n := range sizes {
+		o, b := find(sc, n), find(cg, n)
+		noBase := b == nil || b.Steady == nil || b.Handoffs == nil
+		if noBase {
+			nan := math.NaN()
+			b = &ScalePoint{Steady: &WindowResult{}, Handoffs: &TrialsResult{Latency: Dist{P50: nan, P99: nan}}}
+		}
+		if o == nil || o.Steady == nil || o.Handoffs == nil {
+			continue
+		}
+		first := len(rows)
+		ol, bl := o.Handoffs.Latency, b.Handoffs.Latency
+		rows = append(rows,
+			Row{Metric: fmt.Sprintf("%d candidates: handoff p50 (SIGTERM, n=%d)", n, ol.N), Ours: fmtMs(ol.P50), Baseline: fmtMs(bl.P50), Ratio: ratio(ol.P50, bl.P50)},
+			Row{Metric: fmt.Sprintf("%d candidates: handoff p99 (max of n=%d)", n, ol.N), Ours: fmtMs(ol.P99), Baseline: fmtMs(bl.P99), Ratio: ratio(ol.P99, bl.P99)},
+			Row{Metric: fmt.Sprintf("%d candidates: Lease requests/s, all candidates, steady state (sub-window min–max)", n),
+				Ours: fmtRate(o.Steady), Baseline: fmtRate(b.Steady), Ratio: ratio(o.Steady.PerSecond.total(), b.Steady.PerSecond.total())},
+			Row{Metric: fmt.Sprintf("%d candidates: by verb, req/s", n), Ours: o.Steady.PerSecond.String(), Baseline: b.Steady.PerSecond.String()},
+			Row{Metric: fmt.Sprintf("%d candidates: Lease requests per handoff, by verb and code", n), Ours: o.Handoffs.PerHandoff.String(), Baseline: b.Handoffs.PerHandoff.String(),
+				Ratio: ratio(o.Handoffs.PerHandoff.total(), b.Handoffs.PerHandoff.total())},
+			Row{Metric: fmt.Sprintf("%d candidates: total RSS", n), Ours: fmtMiB(float64(o.TotalRSS)), Baseline: fmtMiB(float64(b.TotalRSS)), Ratio: ratio(float64(o.TotalRSS), float64(b.TotalRSS))},
+		)
+		if noBase {
+			for i := first; i < len(rows); i++ {
+				rows[i].Baseline, rows[i].Ratio = "n/a", "n/a"
+			}
+		}
+	}
+	return rows
+}
+
+func fmtRate(w *WindowResult) string {
+	s := w.SubWindowRates
+	if s.N <= 1 {
+		return fmt.Sprintf("%s/s", fmtNum(w.PerSecond.total()))
+	}
+	return fmt.Sprintf("%s (%s–%s)", fmtNum(w.PerSecond.total()), fmtNum(s.Min), fmtNum(s.Max))
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make bench`: elector-sidecar vs client-go's leaderelection on one local etcd + kube-apiserver, in
+# one run (cmd/elector-bench). Prints a table (ours, client-go or a bare net/http handler, ratio,
+# goal) and writes results/bench-<time>.{md,json} and a PNG CDF of the handoff latency. About 13
+# minutes on 2 cores; the control-plane binaries are built once into the cache on first use (~6 min).
+#
+#   hack/bench.sh                              everything (the numbers in docs/benchmarks.md)
+#   hack/bench.sh --quick                      a short development run (fewer trials, short windows)
+#   hack/bench.sh --only handoff,api           some sections: handoff failover api localapi footprint scale
+#   hack/bench.sh --trials 50 --png docs/benchmarks.png
+#   hack/bench.sh --help                       every flag
+#
+# ELECTOR_SIDECAR_BINARY=/path/to/elector-sidecar benchmarks a prebuilt (e.g. patched) binary.
+set -o errexit -o nounset -o pipefail
+
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ELECTOR_ROOT"
+
+command -v go >/dev/null || die "go is not installed (see go.mod for the version)"
+
+if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
+  hack/build-binaries.sh kube-apiserver kubectl etcd
+  KUBEBUILDER_ASSETS="$(hack/build-binaries.sh --print-dir)"
+  export KUBEBUILDER_ASSETS
+fi
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-bench-run.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/elector-bench" ./cmd/elector-bench
+# The command line recorded in the results.
+export ELECTOR_BENCH_COMMAND="hack/bench.sh${*:+ $*}"
+# Not exec: the EXIT trap removes the binary. Ctrl-C reaches the bench, which stops what it started.
+"$tmp/elector-bench" "$@"
