@@ -79,6 +79,8 @@ type leaseEvent struct {
 	at          time.Time
 	holder      string
 	transitions int64
+	renewTime   time.Time
+	acquireTime time.Time
 }
 
 // watchLease streams the Lease's versions after resourceVersion rv.
@@ -99,7 +101,14 @@ func (r *release) watchLease(ctx context.Context, rv string) (<-chan leaseEvent,
 			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 				continue
 			}
-			ch <- leaseEvent{at: time.Now(), holder: holderOf(l), transitions: transitionsOf(l)}
+			ev := leaseEvent{at: time.Now(), holder: holderOf(l), transitions: transitionsOf(l)}
+			if l.Spec.RenewTime != nil {
+				ev.renewTime = l.Spec.RenewTime.Time
+			}
+			if l.Spec.AcquireTime != nil {
+				ev.acquireTime = l.Spec.AcquireTime.Time
+			}
+			ch <- ev
 		}
 	}()
 	return ch, nil
@@ -455,6 +464,16 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 	restarts := containerStatus(pod, sidecarName).RestartCount
 	t.Logf("leader %s: sidecar host pid %d, app host pid %d (%v)", leader, sidecarPID, appPID, appErr)
 
+	l, err := r.getLease(ctx)
+	if err != nil || l == nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	lastRenew := l.Spec.RenewTime.Time
+	events, err := r.watchLease(ctx, l.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	frozen := true
 	t.Cleanup(func() {
 		if frozen {
@@ -472,14 +491,38 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 		t.Fatalf("sidecar pid %d not stopped: %v", sidecarPID, err)
 	}
 
-	newLeader, t2 := r.waitNewHolder(leader, t1, 45*time.Second)
-	takeover := time.Since(freeze)
-	timing(t, "SIGSTOP -> another pod holds the Lease", takeover)
+	// The Lease: the frozen leader's last renewal, then another pod's acquisition.
+	var taken *leaseEvent
+	deadline := time.After(45 * time.Second)
+	for taken == nil {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				t.Fatal("lease watch ended")
+			}
+			switch {
+			case ev.holder == leader:
+				lastRenew = ev.renewTime
+			case ev.holder != "":
+				taken = &ev
+			}
+		case <-deadline:
+			t.Fatalf("no other pod took the Lease within 45s of freezing %s", leader)
+		}
+	}
+	newLeader, t2 := taken.holder, taken.transitions
+	timing(t, "SIGSTOP -> another pod holds the Lease", taken.at.Sub(freeze))
 	t.Logf("%s took over with token %d while %s was frozen", newLeader, t2, leader)
-	// The Lease was renewed at most retryPeriod (plus a request) before the freeze; nobody may take it
-	// before it expires.
-	if min := leaseDuration - retryPeriod - time.Second; takeover < min {
-		t.Errorf("takeover %v after the freeze: before the Lease could have expired (leaseDuration %v)", takeover, leaseDuration)
+	if t2 <= t1 {
+		t.Errorf("new holder's leaseTransitions %d, want > %d", t2, t1)
+	}
+	// Nobody may take the Lease before it expired: acquireTime >= last renewTime + leaseDuration
+	// (both written by pods on this host's clock; 100ms for rounding).
+	gap := taken.acquireTime.Sub(lastRenew)
+	timing(t, "frozen leader's last renewal -> takeover (Lease)", gap)
+	if gap < leaseDuration-100*time.Millisecond {
+		t.Errorf("%s acquired the Lease at %s, %v after %s's last renewal at %s: before it expired (leaseDuration %v)",
+			newLeader, taken.acquireTime.Format("15:04:05.000"), gap, leader, lastRenew.Format("15:04:05.000"), leaseDuration)
 	}
 
 	// The frozen pod's app still has the old token: a late write with it (SIGUSR1 makes the

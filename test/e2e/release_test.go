@@ -49,6 +49,15 @@ func newRelease(t *testing.T, prefix string) *release {
 			r.dump()
 		}
 		r.uninstall(true)
+		// Let the pods go before the namespace: the namespace controller, finding pods still
+		// terminating, re-checks only after their grace period (30s).
+		start := time.Now()
+		if err := poll(500*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+			pods, err := r.pods(ctx)
+			return err == nil && len(pods) == 0, nil
+		}); err != nil {
+			t.Logf("cleanup: pods still there %.0fs after helm uninstall", time.Since(start).Seconds())
+		}
 	})
 
 	r.values = filepath.Join(t.TempDir(), "values.yaml")
@@ -124,10 +133,26 @@ func (r *release) deleteNamespace() {
 		r.t.Logf("cleanup: deleting namespace %s: %v", r.ns, err)
 		return
 	}
+	reported := false
 	for ctx.Err() == nil {
 		if _, err := suite.cs.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			r.t.Logf("cleanup: namespace %s deleted in %.1fs", r.ns, time.Since(start).Seconds())
 			return
+		}
+		if !reported && time.Since(start) > 15*time.Second {
+			// Slow: say what is still there (pods that do not stop on SIGTERM wait out the grace period).
+			reported = true
+			if pods, err := r.pods(ctx); err == nil {
+				for i := range pods {
+					r.t.Logf("cleanup: after 15s still there: pod %s", podSummary(&pods[i]))
+					for _, c := range []string{sidecarName, appName} {
+						out, err := r.logs(ctx, pods[i].Name, c, false)
+						r.t.Logf("cleanup: logs %s -c %s:\n%s%s", pods[i].Name, c, tail(out, 6), errString(err))
+					}
+				}
+			}
+			out, errOut, _ := kubectl(ctx, "--namespace", r.ns, "get", "events", "--sort-by", ".lastTimestamp")
+			r.t.Logf("cleanup: events:\n%s%s", tail(out, 25), errOut)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
