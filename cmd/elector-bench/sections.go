@@ -288,16 +288,24 @@ func (r *FootprintResult) rows() []Row {
 		if !ok {
 			continue
 		}
-		b, _ := r.mem(cg, role) // zero without a baseline: shown as n/a
+		b, okb := r.mem(cg, role)
+		base := "n/a"
+		if okb {
+			base = fmt.Sprintf("%s (peak %s)", fmtMiB(float64(b.RSSBytes)), fmtMiB(float64(b.HWMBytes)))
+		}
 		rows = append(rows, Row{
 			Metric:   fmt.Sprintf("RSS of an idle %s after %.0f s (VmRSS; peak VmHWM)", role, o.AgeSeconds),
 			Ours:     fmt.Sprintf("%s (peak %s)", fmtMiB(float64(o.RSSBytes)), fmtMiB(float64(o.HWMBytes))),
-			Baseline: fmt.Sprintf("%s (peak %s)", fmtMiB(float64(b.RSSBytes)), fmtMiB(float64(b.HWMBytes))),
+			Baseline: base,
 			Ratio:    ratio(float64(o.RSSBytes), float64(b.RSSBytes)), Goal: "≤ 25 MiB", Met: verdict(o.RSSBytes <= 25<<20),
 		})
 	}
+	base := "n/a"
+	if n, ok := r.BinaryBytes[string(cg)]; ok {
+		base = fmtMiB(float64(n))
+	}
 	rows = append(rows, Row{
-		Metric: "binary size (static, -trimpath -s -w)", Ours: fmtMiB(float64(r.BinaryBytes[string(sc)])), Baseline: fmtMiB(float64(r.BinaryBytes[string(cg)])),
+		Metric: "binary size (static, -trimpath -s -w)", Ours: fmtMiB(float64(r.BinaryBytes[string(sc)])), Baseline: base,
 		Ratio: ratio(float64(r.BinaryBytes[string(sc)]), float64(r.BinaryBytes[string(cg)])),
 	})
 	return rows
