@@ -34,6 +34,7 @@ IMAGE_TAR="$ELECTOR_ROOT/_output/e2e/elector-sidecar-image.tar" # not `make imag
 
 started=""  # set once this script brings the cluster up: it then owns the teardown
 test_pid="" # the go test process group
+child=""    # the step running now (see step)
 phase_start=$(date +%s)
 phase() {
   log "$1 done in $(($(date +%s) - phase_start))s"
@@ -44,6 +45,11 @@ phase() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [[ -n "$child" ]] && kill -0 "$child" 2>/dev/null; then
+    log "stopping the running step (pid $child)"
+    kill -TERM "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
   if [[ -n "$test_pid" ]] && kill -0 "$test_pid" 2>/dev/null; then
     log "stopping the test run (process group $test_pid)"
     kill -TERM -- "-$test_pid" 2>/dev/null || true
@@ -75,9 +81,20 @@ trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT
 trap 'log "terminated"; exit 143' TERM
 
+# step CMD...: runs a long step in the background and waits for it, so that a signal reaches the traps at
+# once (bash runs a trap only after the foreground command ends).
+step() {
+  "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=""
+  return "$rc"
+}
+
 # 1. The image under test.
 log "building the image $IMAGE_REPO:$VERSION"
-IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" hack/image.sh
+IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh
 phase "image"
 
 # 2. The cluster, with the image imported.
@@ -90,7 +107,7 @@ if hack/local-cluster.sh status >/dev/null 2>&1; then
   log "imported $IMAGE_TAR"
 else
   started=1
-  ELECTOR_IMAGES="$IMAGE_TAR${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" hack/local-cluster.sh up
+  ELECTOR_IMAGES="$IMAGE_TAR${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" step hack/local-cluster.sh up
   eval "$(hack/local-cluster.sh env)"
 fi
 phase "cluster up"
