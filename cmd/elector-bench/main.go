@@ -249,6 +249,7 @@ func run(ctx context.Context, o *options) error {
 		if fp, err = e.beginFootprint(ctx, o.footprintWait); err != nil {
 			return fmt.Errorf("footprint: %w", err)
 		}
+		defer fp.stop()
 	}
 
 	var handoff map[string]*TrialsResult
@@ -289,7 +290,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	if fp != nil {
-		section("footprint", "5. Footprint", fmt.Sprintf("one leader and one follower of each kind on their own Leases (timings %s), idle; RSS read from /proc/PID/status after at least %v; binaries built as the image builds them", fmtTimings(handoffT), o.footprintWait),
+		section("footprint", "5. Footprint", fmt.Sprintf("one leader and one follower of each kind on their own Leases (timings %s), idle; RSS read from /proc/PID/status when they are %v old (while the next sections run); binaries built as the image builds them", fmtTimings(handoffT), o.footprintWait),
 			"client-go", func(s *Section) error {
 				s.Data = fp
 				err := fp.finish(ctx, e)
@@ -382,6 +383,9 @@ func run(ctx context.Context, o *options) error {
 				paths = append(paths, o.png)
 			}
 			for _, p := range paths {
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					return err
+				}
 				if err := writeCDFPlot(p, title, series); err != nil {
 					return err
 				}
