@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -273,9 +274,15 @@ func (o *ownRequests) between(from, to time.Time) verbCounts {
 // WindowResult is the Lease traffic of one client over a window.
 type WindowResult struct {
 	Seconds float64 `json:"seconds"`
-	// Requests by verb in the window, after taking out the bench's and the
-	// apiserver's own.
+	// Source of Requests: "counting proxy" (the client's own requests,
+	// counted when they start) or "apiserver_request_total" (minus the
+	// bench's and the apiserver's own writes; a watch counts when it ends).
+	Source string `json:"source"`
+	// Requests by verb in the window.
 	Requests verbCounts `json:"requests"`
+	// FromMetrics is the apiserver_request_total count, minus the bench's
+	// and the apiserver's own writes, as a cross-check of a proxy count.
+	FromMetrics verbCounts `json:"fromApiserverMetrics"`
 	// PerSecond by verb.
 	PerSecond verbCounts `json:"perSecond"`
 	// SubWindowRates is the total rate in each sub-window (the spread).
@@ -291,7 +298,7 @@ type WindowResult struct {
 // has passed. base is the phase of the leader's renews (every 2 s): scrapes
 // fall 1 s after a renew, half-way to the next, so no renew straddles a
 // scrape.
-func (e *env) measureWindow(ctx context.Context, cw *clusterWatch, own *ownRequests, ns, lease string, d, sub time.Duration, base time.Time) (*WindowResult, error) {
+func (e *env) measureWindow(ctx context.Context, cw *clusterWatch, own *ownRequests, proxy *countingProxy, ns, lease string, d, sub time.Duration, base time.Time) (*WindowResult, error) {
 	// Align the first scrape to base + k*2s + 1s.
 	first := base.Add(time.Second)
 	for first.Before(time.Now().Add(100 * time.Millisecond)) {
@@ -319,24 +326,32 @@ func (e *env) measureWindow(ctx context.Context, cw *clusterWatch, own *ownReque
 		}
 		at := time.Now()
 		n := cur.sub(prev).sub(cw.writes(prevAt, at, other)).sub(own.between(prevAt, at))
+		if proxy != nil {
+			n = proxy.between(prevAt, at)
+		}
 		rates = append(rates, n.total()/at.Sub(prevAt).Seconds())
 		prev, prevAt = cur, at
 	}
 	secs := prevAt.Sub(start).Seconds()
 	bg := cw.writes(start, prevAt, other)
 	mine := own.between(start, prevAt)
-	n := prev.sub(startCounts).sub(bg).sub(mine)
-	for k, v := range n {
+	fromMetrics := prev.sub(startCounts).sub(bg).sub(mine)
+	for k, v := range fromMetrics {
 		if v == 0 {
-			delete(n, k)
+			delete(fromMetrics, k)
 		}
+	}
+	n, source := fromMetrics, "apiserver_request_total"
+	if proxy != nil {
+		n, source = proxy.between(start, prevAt), "counting proxy"
 	}
 	ps := verbCounts{}
 	for k, v := range n {
 		ps[k] = v / secs
 	}
 	lw := cw.writes(start, prevAt, func(ev leaseEvent) bool { return ev.namespace == ns && ev.name == lease })
-	return &WindowResult{Seconds: secs, Requests: n, PerSecond: ps, SubWindowRates: NewSpread(rates), Background: bg, Bench: mine, LeaseWrites: lw.total()}, nil
+	return &WindowResult{Seconds: secs, Source: source, Requests: n, FromMetrics: fromMetrics, PerSecond: ps, SubWindowRates: NewSpread(rates),
+		Background: bg, Bench: mine, LeaseWrites: lw.total()}, nil
 }
 
 // phantom is a stand-in leader run by the bench: it holds the Lease under an
@@ -415,16 +430,23 @@ func (e *env) runAPILoad(ctx context.Context, t framework.Timings, window time.D
 	if sub < 2*time.Second {
 		sub = 2 * time.Second
 	}
-	idleWatches, err := e.leaseWatches(ctx)
+	proxy, err := e.startCountingProxy(filepath.Join(e.logDir, "proxy"))
 	if err != nil {
 		return res, err
 	}
+	defer proxy.stop()
+	// Open Lease watches now: the apiserver's own and the bench's.
+	idleWatches := e.baseWatches + 1
 	for _, kind := range e.kinds() {
 		// Idle follower.
+		if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
+			return res, err
+		}
 		p, err := e.newPool(ctx, kind, "bench-load", t)
 		if err != nil {
 			return res, err
 		}
+		p.kubeconfig = proxy.kubeconfig
 		own := &ownRequests{}
 		base, stopPhantom, err := e.phantom(ctx, p.ns, p.lease, t, own)
 		if err != nil {
@@ -437,13 +459,10 @@ func (e *env) runAPILoad(ctx context.Context, t framework.Timings, window time.D
 		// Let the start-up requests (list, watch, first GET) pass.
 		time.Sleep(3 * time.Second)
 		e.progress("    %s idle follower: %v window", kind, window)
-		w, err := e.measureWindow(ctx, cw, own, p.ns, p.lease, window, sub, base)
+		w, err := e.measureWindow(ctx, cw, own, proxy, p.ns, p.lease, window, sub, base)
 		p.stopAll()
 		stopPhantom()
 		if err != nil {
-			return res, err
-		}
-		if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
 			return res, err
 		}
 		if w.LeaseWrites != w.Bench["PUT"] {
@@ -452,10 +471,14 @@ func (e *env) runAPILoad(ctx context.Context, t framework.Timings, window time.D
 		res.Follower[string(kind)] = w
 
 		// Leader, alone.
+		if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
+			return res, err
+		}
 		p, err = e.newPool(ctx, kind, "bench-load", t)
 		if err != nil {
 			return res, err
 		}
+		p.kubeconfig = proxy.kubeconfig
 		if _, err := p.start(ctx); err != nil {
 			return res, err
 		}
@@ -465,12 +488,9 @@ func (e *env) runAPILoad(ctx context.Context, t framework.Timings, window time.D
 		}
 		time.Sleep(3 * time.Second)
 		e.progress("    %s leader: %v window", kind, window)
-		w, err = e.measureWindow(ctx, cw, nil, p.ns, p.lease, window, sub, cw.lastWrite(p.ns, p.lease))
+		w, err = e.measureWindow(ctx, cw, nil, proxy, p.ns, p.lease, window, sub, cw.lastWrite(p.ns, p.lease))
 		p.stopAll()
 		if err != nil {
-			return res, err
-		}
-		if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
 			return res, err
 		}
 		res.Leader[string(kind)] = w

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ type env struct {
 	selfPath string
 	// skipBaseline runs elector-sidecar only.
 	skipBaseline bool
+	// baseWatches is the number of Lease watches open on a fresh control
+	// plane (the apiserver's own informer).
+	baseWatches float64
 }
 
 // kinds returns the candidate kinds to measure: ours first.
@@ -63,6 +67,8 @@ type pool struct {
 	lease   string
 	timings framework.Timings
 	prefix  string
+	// kubeconfig overrides the control plane's (e.g. the counting proxy's).
+	kubeconfig string
 	// countRequests: scrape the apiserver's Lease request counts around
 	// every trial.
 	countRequests bool
@@ -97,7 +103,7 @@ func (p *pool) spec() framework.CandidateSpec {
 		Identity:   id,
 		LeaseName:  p.lease,
 		Namespace:  p.ns,
-		Kubeconfig: p.env.cp.Kubeconfig,
+		Kubeconfig: cmp.Or(p.kubeconfig, p.env.cp.Kubeconfig),
 		Timings:    p.timings,
 		LogDir:     p.env.logDir,
 		// Scale runs start many processes at once on 2 cores.

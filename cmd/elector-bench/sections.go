@@ -356,15 +356,15 @@ func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
 		return nil, err
 	}
 	defer cw.stop()
-	idleWatches, err := e.leaseWatches(ctx)
-	if err != nil {
-		return nil, err
-	}
+	idleWatches := e.baseWatches + 1 // the apiserver's own and the bench's
 	for _, n := range o.scaleSizes {
 		for _, kind := range e.kinds() {
 			pt := &ScalePoint{Kind: string(kind), Candidates: n}
 			out = append(out, pt)
 			err := func() error {
+				if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
+					return err
+				}
 				start := time.Now()
 				e.progress("    %s × %d: starting", kind, n)
 				p, leader, err := e.startPool(ctx, kind, "bench-scale", t, n)
@@ -383,7 +383,7 @@ func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
 					}
 				}
 				e.progress("    %s × %d: steady-state window %v", kind, n, o.scaleWindow)
-				w, err := e.measureWindow(ctx, cw, nil, p.ns, p.lease, o.scaleWindow, 10*time.Second, cw.lastWrite(p.ns, p.lease))
+				w, err := e.measureWindow(ctx, cw, nil, nil, p.ns, p.lease, o.scaleWindow, 10*time.Second, cw.lastWrite(p.ns, p.lease))
 				if err != nil {
 					return err
 				}
@@ -396,9 +396,6 @@ func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
 			if err != nil {
 				pt.Error = err.Error()
 				return out, fmt.Errorf("%s × %d: %w", kind, n, err)
-			}
-			if err := e.waitWatchesGone(ctx, idleWatches); err != nil {
-				return out, err
 			}
 		}
 	}
