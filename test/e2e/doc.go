@@ -17,6 +17,7 @@
 //	ELECTOR_E2E_IMAGE         the image under test, REPOSITORY:TAG, already present on the nodes (required)
 //	ELECTOR_E2E_PULL_POLICY   image pull policy of the pods (default Never)
 //	ELECTOR_E2E_CHART         chart directory (default charts/elector-sidecar of this repository)
+//	ELECTOR_E2E_LOG_LEVEL     the sidecars' log level (default info)
 //	KUBECTL, HELM             the CLIs (default: kubectl and helm on PATH, then the hack/ binaries cache)
 //
 // The sidecar's local API listens on 127.0.0.1 inside the pods, so the tests

@@ -74,9 +74,11 @@ workload:
   replicas: %d
 sidecar:
   logFormat: json
+  logLevel: %s
 demo:
   interval: 500ms
-`, suite.imageRepo, suite.imageTag, suite.pullPolicy, leaseDuration, renewDeadline, retryPeriod, clockSkewMargin, replicas)
+`, suite.imageRepo, suite.imageTag, suite.pullPolicy, leaseDuration, renewDeadline, retryPeriod, clockSkewMargin, replicas,
+		envOr("ELECTOR_E2E_LOG_LEVEL", "info"))
 	if err := os.WriteFile(r.values, []byte(values), 0o644); err != nil {
 		t.Fatal(err)
 	}
