@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -257,7 +258,7 @@ func run(ctx context.Context, o *options) error {
 
 	var handoff map[string]*TrialsResult
 	section("localapi", "4. Local API: /leader and /token under load vs a bare net/http handler",
-		fmt.Sprintf("one leading sidecar; %d keep-alive connections from a Go load generator on the same machine; max throughput %v per run, fixed rate %.0f req/s %v per run; %d repeats interleaved; latency at fixed rate counted from the scheduled send time",
+		fmt.Sprintf("one leading sidecar; %d keep-alive connections from a Go load generator on the same machine; max throughput %v per run, fixed rate %.0f req/s %v per run; %d repeats interleaved (median and min–max shown); latency from writing the request to reading the response, at fixed rate also from the scheduled send",
 			o.conns, o.maxDur, o.rate, o.fixedDur, o.repeats), "bare net/http",
 		func(s *Section) error {
 			r, err := e.runLocalAPI(ctx, o)
@@ -320,7 +321,7 @@ func run(ctx context.Context, o *options) error {
 			return nil
 		})
 
-	section("api", "3. API server load: Lease requests by verb, from kube-apiserver's apiserver_request_total",
+	section("api", "3. API server load: Lease requests by verb, idle follower and leader",
 		fmt.Sprintf("timings %s; one client under test at a time, %v window each, in 10 s sub-windows; its Lease requests counted by verb when they start, by a counting proxy in front of the apiserver (the client's kubeconfig points at it), and cross-checked with the apiserver's apiserver_request_total; idle follower = one candidate beside a stand-in leader the bench runs (renewing every retryPeriod); leader = one candidate alone",
 			fmtTimings(handoffT), o.window), "client-go",
 		func(s *Section) error {
@@ -343,6 +344,8 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	rep.Seconds = time.Since(started).Seconds()
+	// Print in section order (they run in another order to share time).
+	sort.SliceStable(rep.Sections, func(i, j int) bool { return rep.Sections[i].Title < rep.Sections[j].Title })
 	rep.printText(os.Stdout)
 
 	base := filepath.Join(o.out, "bench-"+stamp)
@@ -492,7 +495,7 @@ func failoverRows(o, b *TrialsResult, t framework.Timings) []Row {
 	for i := range rows {
 		rows[i].Ratio = "n/a" // may be negative: the last renew came before the kill
 	}
-	r2 := distRows("overhead vs last renew seen + leaseDuration:", o.OverRenew, b.OverRenew, 0, 0)
+	r2 := distRows("overhead vs last renew seen + leaseDuration:", o.OverRenew, b.OverRenew, 0, 100)
 	for i := range r2 {
 		r2[i].Ratio = "n/a"
 	}
