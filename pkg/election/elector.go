@@ -20,9 +20,14 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ReleaseTimeout bounds the final release write on shutdown, so the process
-// exits within 2 s of SIGTERM even when the API server does not answer.
-const ReleaseTimeout = 1500 * time.Millisecond
+// ReleaseTimeout bounds the final release write on shutdown, and
+// WriteGrace how long a write already in flight may still finish after Run's
+// context ends, so the process exits within 2 s of SIGTERM even when the
+// API server does not answer.
+const (
+	ReleaseTimeout = 1200 * time.Millisecond
+	WriteGrace     = 400 * time.Millisecond
+)
 
 // ErrNotRunning is returned by Release when the election loop has stopped.
 var ErrNotRunning = errors.New("election loop is not running")
@@ -147,10 +152,19 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 	}()
 
+	// A write in flight when ctx ends must not be cut off: the API server
+	// may apply an acquire whose answer we then never see, leaving the Lease
+	// held by a process that exits without releasing it. Writes get a short
+	// grace instead; if the acquire lands, shutdown releases it.
+	writeCtx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWrites()
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(WriteGrace, cancelWrites) })
+	defer stopGrace()
+
 	timer := e.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		wake := e.step(ctx)
+		wake := e.step(writeCtx)
 		e.publish()
 		if !timer.Stop() {
 			select {
@@ -173,7 +187,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			e.drainInbox()
 		case reply := <-e.release:
 			e.idle.Store(false)
-			relCtx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
+			relCtx, cancel := context.WithTimeout(writeCtx, e.cfg.RenewDeadline)
 			reply <- e.stepDown(relCtx, "released on request")
 			cancel()
 		case <-timer.C():
