@@ -18,3 +18,5 @@ while IFS= read -r mod; do
   (cd "$dir" && go vet ./...) || die "go vet failed in $dir"
   log "go vet: clean in $dir"
 done < <(git ls-files -- 'go.mod' '*/go.mod')
+go vet -tags e2e ./test/e2e/... || die "go vet -tags e2e failed in test/e2e"
+log "go vet: clean in test/e2e (tag e2e)"
