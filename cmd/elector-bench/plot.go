@@ -22,8 +22,8 @@ type Series struct {
 }
 
 const (
-	plotW, plotH     = 960, 540
-	marginL, marginR = 80, 30
+	areaW, plotH     = 800, 540 // plot area width; the legend goes right of it
+	marginL          = 80
 	marginT, marginB = 60, 70
 	glyphW, glyphH   = 5, 7
 	textScale        = 2
@@ -42,6 +42,12 @@ var (
 
 // writeCDFPlot draws the series and writes a PNG to path.
 func writeCDFPlot(path, title string, series []Series) error {
+	legendW := 0
+	for _, s := range series {
+		legendW = max(legendW, textWidth(fmt.Sprintf("%s (n=%d)", s.Label, len(s.Ms))))
+	}
+	marginR := legendW + legendLineLen + 50
+	plotW := marginL + areaW + marginR
 	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
 	fill(img, img.Bounds(), colBG)
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -110,11 +116,11 @@ func writeCDFPlot(path, title string, series []Series) error {
 			px, py = x, y
 		}
 	}
-	// Legend, bottom right inside the plot.
-	ly := y0 - 20 - (len(series)-1)*22
+	// Legend, right of the plot, so it never hides a curve.
+	ly := y1 + 10
 	for _, s := range series {
 		label := fmt.Sprintf("%s (n=%d)", s.Label, len(s.Ms))
-		lx := x1 - 20 - textWidth(label) - legendLineLen - 10
+		lx := x1 + 20
 		thickLine(img, lx, ly+glyphH, lx+legendLineLen, ly+glyphH, s.Color)
 		drawText(img, lx+legendLineLen+10, ly, label, colAxis)
 		ly += 22
