@@ -137,6 +137,17 @@ func (c *candidate) stop(t *testing.T) {
 	}
 }
 
+// leaderAndFollower starts "a", waits until it leads, then starts "b" and
+// waits until it has observed the Lease.
+func (h *harness) leaderAndFollower() (a, b *candidate) {
+	h.t.Helper()
+	a = h.start("a")
+	h.eventually("a leads", func() bool { return a.Status().IsLeader })
+	b = h.start("b")
+	h.eventually("b ready", func() bool { return b.Status().Ready })
+	return a, b
+}
+
 // eventually polls cond (real time) until it holds.
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
@@ -329,10 +340,7 @@ func TestOnlyOneOfManyCandidatesLeads(t *testing.T) {
 
 func TestReleaseStopsTokenBeforeWriteAndHandsOverOnWatchEvent(t *testing.T) {
 	h := newHarness(t)
-	a := h.start("a")
-	h.eventually("a leads", func() bool { return a.Status().IsLeader })
-	b := h.start("b")
-	h.eventually("b ready", func() bool { return b.Status().Ready })
+	a, b := h.leaderAndFollower()
 
 	var sawTokenDuringRelease, released bool
 	var mu sync.Mutex
@@ -388,10 +396,7 @@ func TestReleasedCandidateHoldsOffThenRetakesUnclaimedLease(t *testing.T) {
 
 func TestLeaderLosesTokenWhenRenewalsFail(t *testing.T) {
 	h := newHarness(t)
-	a := h.start("a")
-	h.eventually("a leads", func() bool { return a.Status().IsLeader })
-	b := h.start("b")
-	h.eventually("b ready", func() bool { return b.Status().Ready })
+	a, b := h.leaderAndFollower()
 	h.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if holderOf(act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)) == "a" {
 			return true, nil, apierrors.NewServiceUnavailable("apiserver unreachable from a")
@@ -469,10 +474,7 @@ func TestSameIdentityRestartDoesNotResumeTerm(t *testing.T) {
 
 func TestDeletedLeaseNeverLowersTokens(t *testing.T) {
 	h := newHarness(t)
-	a := h.start("a")
-	h.eventually("a leads", func() bool { return a.Status().IsLeader })
-	b := h.start("b")
-	h.eventually("b ready", func() bool { return b.Status().Ready })
+	a, b := h.leaderAndFollower()
 	// Hand over once, so the token is 2 and b leads.
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -525,10 +527,7 @@ func TestDeletedLeaseRestoredForNewcomers(t *testing.T) {
 
 func TestHandLoweredTransitionsNeverLowerTokens(t *testing.T) {
 	h := newHarness(t)
-	a := h.start("a")
-	h.eventually("a leads", func() bool { return a.Status().IsLeader })
-	b := h.start("b")
-	h.eventually("b ready", func() bool { return b.Status().Ready })
+	a, b := h.leaderAndFollower()
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
