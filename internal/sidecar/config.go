@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // ServiceAccountNamespaceFile is where a pod finds its namespace.
@@ -186,32 +187,38 @@ func (c *Config) Validate() error {
 	}
 	ec := c.ElectionConfig()
 	ec.Client = nil
-	if err := ec.Validate(); err != nil {
-		return flagError(err)
+	if errs := ec.Validate(); len(errs) > 0 {
+		return flagError(errs[0])
 	}
 	return nil
 }
 
-// flagError maps the election package's first field error to its flag.
-func flagError(err error) error {
-	first := err.Error()
-	if i := strings.IndexByte(first, '\n'); i >= 0 {
-		first = first[:i]
+// electionFlags maps the election config's field paths to their flags.
+var electionFlags = map[string]string{
+	"leaseName":       "--lease-name",
+	"leaseNamespace":  "--lease-namespace",
+	"identity":        "--identity",
+	"leaseDuration":   "--lease-duration",
+	"renewDeadline":   "--renew-deadline",
+	"retryPeriod":     "--retry-period",
+	"clockSkewMargin": "--clock-skew-margin",
+}
+
+// flagError words an election field error as one line naming its flag.
+func flagError(fe *field.Error) error {
+	name, ok := electionFlags[fe.Field]
+	if !ok {
+		return errors.New(fe.Error())
 	}
-	for _, m := range []struct{ prefix, flag string }{
-		{"lease name", "--lease-name"},
-		{"lease namespace", "--lease-namespace"},
-		{"identity", "--identity"},
-		{"lease duration", "--lease-duration"},
-		{"renew deadline", "--renew-deadline"},
-		{"retry period", "--retry-period"},
-		{"clock skew margin", "--clock-skew-margin"},
-	} {
-		if strings.HasPrefix(first, m.prefix) {
-			return errors.New(m.flag + strings.TrimPrefix(first, m.prefix))
+	switch fe.Type {
+	case field.ErrorTypeRequired:
+		return fmt.Errorf("%s: %s", name, fe.Detail)
+	default:
+		if v, isString := fe.BadValue.(string); isString {
+			return fmt.Errorf("%s %q: %s", name, v, fe.Detail)
 		}
+		return fmt.Errorf("%s %v: %s", name, fe.BadValue, fe.Detail)
 	}
-	return errors.New(first)
 }
 
 func checkAddress(flagName, addr string, optional bool) error {

@@ -16,7 +16,6 @@
 package election
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -77,38 +77,46 @@ type Config struct {
 // LeaseKey returns "namespace/name".
 func (c *Config) LeaseKey() string { return c.Namespace + "/" + c.Name }
 
-// Validate checks the settings (not the client) and returns every problem,
-// each starting with the field's name, joined into one error.
-func (c *Config) Validate() error {
-	var errs []error
-	for _, f := range []struct{ field, value string }{{"lease name", c.Name}, {"lease namespace", c.Namespace}} {
+// Validate checks the settings (not the client) and returns every problem.
+// Each error's Field is the Config field's JSON-style path (leaseName,
+// leaseNamespace, identity, leaseDuration, renewDeadline, retryPeriod,
+// clockSkewMargin), so callers map it to their own names (flags, values)
+// without reading the text.
+func (c *Config) Validate() field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct {
+		path  *field.Path
+		value string
+	}{{field.NewPath("leaseName"), c.Name}, {field.NewPath("leaseNamespace"), c.Namespace}} {
 		if f.value == "" {
-			errs = append(errs, fmt.Errorf("%s: must not be empty", f.field))
+			errs = append(errs, field.Required(f.path, ""))
 			continue
 		}
 		if msgs := validation.IsDNS1123Subdomain(f.value); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("%s %q: %s", f.field, f.value, strings.Join(msgs, "; ")))
+			errs = append(errs, field.Invalid(f.path, f.value, strings.Join(msgs, "; ")))
 		}
 	}
 	if strings.TrimSpace(c.Identity) == "" {
-		errs = append(errs, errors.New("identity: must not be empty"))
+		errs = append(errs, field.Required(field.NewPath("identity"), "must not be empty or blank"))
 	}
 	if c.RetryPeriod <= 0 {
-		errs = append(errs, fmt.Errorf("retry period %v: must be positive", c.RetryPeriod))
+		errs = append(errs, field.Invalid(field.NewPath("retryPeriod"), c.RetryPeriod, "must be positive"))
 	}
+	ldPath := field.NewPath("leaseDuration")
 	if c.LeaseDuration < time.Second {
-		errs = append(errs, fmt.Errorf("lease duration %v: must be at least 1s (the Lease stores whole seconds)", c.LeaseDuration))
+		errs = append(errs, field.Invalid(ldPath, c.LeaseDuration, "must be at least 1s (the Lease stores whole seconds)"))
 	}
 	if c.LeaseDuration <= c.RenewDeadline {
-		errs = append(errs, fmt.Errorf("lease duration %v: must be greater than renew deadline %v", c.LeaseDuration, c.RenewDeadline))
+		errs = append(errs, field.Invalid(ldPath, c.LeaseDuration, fmt.Sprintf("must be greater than renew deadline %v", c.RenewDeadline)))
 	}
 	if float64(c.RenewDeadline) <= JitterFactor*float64(c.RetryPeriod) {
-		errs = append(errs, fmt.Errorf("renew deadline %v: must be greater than %.1f x retry period %v", c.RenewDeadline, JitterFactor, c.RetryPeriod))
+		errs = append(errs, field.Invalid(field.NewPath("renewDeadline"), c.RenewDeadline, fmt.Sprintf("must be greater than %.1f x retry period %v", JitterFactor, c.RetryPeriod)))
 	}
+	skewPath := field.NewPath("clockSkewMargin")
 	if c.ClockSkewMargin < 0 {
-		errs = append(errs, fmt.Errorf("clock skew margin %v: must not be negative", c.ClockSkewMargin))
+		errs = append(errs, field.Invalid(skewPath, c.ClockSkewMargin, "must not be negative"))
 	} else if c.ClockSkewMargin >= c.LeaseDuration-c.RetryPeriod {
-		errs = append(errs, fmt.Errorf("clock skew margin %v: must be less than lease duration minus retry period (%v), or the token would expire before the next renew", c.ClockSkewMargin, c.LeaseDuration-c.RetryPeriod))
+		errs = append(errs, field.Invalid(skewPath, c.ClockSkewMargin, fmt.Sprintf("must be less than lease duration minus retry period (%v), or the token would expire before the next renew", c.LeaseDuration-c.RetryPeriod)))
 	}
-	return errors.Join(errs...)
+	return errs
 }

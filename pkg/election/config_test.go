@@ -33,7 +33,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := valid
 			tt.mutate(&c)
-			err := c.Validate()
+			err := c.Validate().ToAggregate()
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Validate() = %v, want nil", err)

@@ -29,8 +29,17 @@ const (
 	WriteGrace     = 400 * time.Millisecond
 )
 
-// ErrNotRunning is returned by Release when the election loop has stopped.
-var ErrNotRunning = errors.New("election loop is not running")
+// Errors of Release.
+var (
+	// ErrNotRunning: the election loop has stopped.
+	ErrNotRunning = errors.New("election loop is not running")
+	// ErrReleaseNotProcessed: the context ended before the loop took the
+	// request; nothing changed (a leader still leads).
+	ErrReleaseNotProcessed = errors.New("release not processed")
+	// ErrReleaseUnconfirmed: the loop took the request (a leader's token
+	// has stopped) but the context ended before the Lease write finished.
+	ErrReleaseUnconfirmed = errors.New("release taken but not confirmed in time")
+)
 
 // Elector is one candidate. Create it with New, run it with Run, read it with
 // Status from any goroutine.
@@ -92,8 +101,8 @@ type leaseClient interface {
 
 // New validates cfg and returns a candidate that has not started yet.
 func New(cfg Config) (*Elector, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid election config: %w", err)
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("invalid election config: %w", errs.ToAggregate())
 	}
 	if cfg.Client == nil {
 		return nil, errors.New("invalid election config: client must be set")
@@ -208,13 +217,13 @@ func (e *Elector) Release(ctx context.Context) error {
 	case <-e.done:
 		return ErrNotRunning
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: %w", ErrReleaseNotProcessed, ctx.Err())
 	}
 	select {
 	case err := <-reply:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: %w", ErrReleaseUnconfirmed, ctx.Err())
 	}
 }
 

@@ -35,9 +35,12 @@ type Status struct {
 	// HoldsLease: the Lease names this identity, whether or not this process
 	// can prove its term is still safe (IsLeader says that).
 	HoldsLease bool
-	// Token and ExpiresIn are set only when IsLeader.
-	Token     int64
-	ExpiresIn time.Duration
+	// Token, ExpiresIn and ValidUntil are set only when IsLeader.
+	// ValidUntil is the instant (on the elector's clock) the token stops;
+	// it moves forward with every successful renew.
+	Token      int64
+	ExpiresIn  time.Duration
+	ValidUntil time.Time
 	// LastToken is the token of this process's latest term (0: none yet).
 	LastToken int64
 }
@@ -84,6 +87,7 @@ func (e *Elector) Status() Status {
 			st.IsLeader = true
 			st.Token = s.token
 			st.ExpiresIn = left
+			st.ValidUntil = s.validUntil
 		}
 	}
 	return st
