@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 		}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "elector_losses_total",
-			Help: "Terms lost involuntarily, by reason (renew_deadline, taken, deleted, recreated).",
+			Help: "Terms lost involuntarily, by reason (renew_deadline, taken, deleted, recreated, superseded).",
 		}, []string{"reason"}),
 		renewDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "elector_renew_duration_seconds",
@@ -38,8 +38,8 @@ func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 			Help: "Failed API server requests (including lost compare-and-swap races), by verb.",
 		}, []string{"verb"}),
 	}
-	for _, r := range []string{"renew_deadline", "taken", "deleted", "recreated"} {
-		m.losses.WithLabelValues(r)
+	for _, r := range lossReasons {
+		m.losses.WithLabelValues(string(r))
 	}
 	if reg == nil {
 		return m, nil

@@ -47,22 +47,23 @@ type Status struct {
 
 // publish stores the loop's state for readers. Called only by the loop.
 func (e *Elector) publish() {
+	st := &e.st
 	s := &snapshot{
-		ready:       e.synced,
-		exists:      e.obs != nil,
-		holder:      holderOf(e.obs),
-		transitions: transitionsOf(e.obs),
-		inTerm:      e.inTerm,
-		lastToken:   e.token,
+		ready:       st.synced,
+		exists:      st.obs != nil,
+		holder:      holderOf(st.obs),
+		transitions: transitionsOf(st.obs),
+		leaseUID:    uidOf(st.obs),
+		lastToken:   st.lastToken,
 	}
-	if e.obs != nil {
-		s.leaseUID = string(e.obs.UID)
-		s.rv = e.obs.ResourceVersion
+	if st.obs != nil {
+		s.rv = st.obs.ResourceVersion
 	}
-	if e.inTerm {
-		s.token = e.token
-		s.validUntil = e.validUntil
-		s.leaseUID = e.termUID
+	if t := st.term; t != nil {
+		s.inTerm = true
+		s.token = t.token
+		s.validUntil = t.validUntil
+		s.leaseUID = t.uid
 	}
 	e.snap.Store(s)
 }

@@ -1,0 +1,214 @@
+package election
+
+import (
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// The decision. One candidate's whole state is a state value, owned by the
+// election loop; decide reads it and the time and names the one thing to do
+// now, or when to look again. It never builds a Lease (spec.go does) and
+// never calls the API server (actions.go does).
+//
+// Phases (what decide sees) and the actions that move between them:
+//
+//	            initial list done
+//	syncing ─────────────────────────┐
+//	                                 ▼
+//	  ┌──────────────── following ◄──────────── (Lease held by another, or by an
+//	  │  waitForExpiry:  │   ▲                   earlier process with our name)
+//	  │  obsTime +       │   │ observe: taken, deleted, recreated,
+//	  │  leaseDuration   │   │ giveUp (renew deadline), stepDown (release)
+//	  │                  ▼   │
+//	  │  acquire ──────► leading ── renew (every retry period, compare-and-swap)
+//	  │  (CAS, token =   │   ▲      acquire again if leaseTransitions was raised
+//	  │  maxSeen + 1)    └───┘      above the token (superseded)
+//	  │
+//	  └─ absent (no Lease): restore the deleted Lease as last known (anyone),
+//	     or create it with a new token once nobody can still hold a valid one
+//	     (notBefore); the leader whose own valid term was deleted may take it
+//	     back at once.
+//
+// Besides: refresh (GET after a lost race, authoritative), raise (a follower
+// that has seen a higher leaseTransitions than the Lease shows writes it
+// back, keeping the holder), and back-off after failed writes (retryAt).
+//
+// The safety rules decide enforces:
+//   - no acquisition (create or update) before notBefore: one lease duration
+//     after a deletion was observed (the longer of ours and the deleted
+//     Lease's), and one lease duration after this candidate first found no
+//     Lease without ever having seen one: a deleted Lease's holder may still
+//     serve its token that long;
+//   - a held Lease is taken only after max(our leaseDuration, its
+//     leaseDurationSeconds) without a change observed on our own clock;
+//   - a token is never issued below the highest leaseTransitions seen.
+
+// action names what the loop does next.
+type action int
+
+const (
+	// actWait: nothing to do until wake (zero: until an event).
+	actWait action = iota
+	// actRefresh: GET the Lease; a write lost a race and the watch has not
+	// brought the winner's version.
+	actRefresh
+	// actRestore: create the deleted Lease again as it was last known.
+	actRestore
+	// actRaise: write leaseTransitions up to maxSeen, keeping the holder.
+	actRaise
+	// actAcquire: take the Lease with a new token (create or update).
+	actAcquire
+	// actRenew: extend our term.
+	actRenew
+	// actGiveUp: the renew deadline passed; the term ends (no API call).
+	actGiveUp
+)
+
+var actionNames = [...]string{"wait", "refresh", "restore", "raise", "acquire", "renew", "giveUp"}
+
+func (a action) String() string { return actionNames[a] }
+
+// decision is what decide returns: the action due now, or actWait and when
+// to look again (zero: only on an event).
+type decision struct {
+	action action
+	wake   time.Time
+}
+
+// term is one acquisition by this process, from the write that took the
+// Lease until it is lost or released.
+type term struct {
+	token      int64
+	uid        string    // the Lease's UID the term is on
+	lastRenew  time.Time // when the last successful acquire/renew was sent
+	nextRenew  time.Time
+	validUntil time.Time // the token is served until then
+}
+
+// state is everything the loop knows; see the diagram above.
+type state struct {
+	synced   bool                  // the informer's initial list was handled
+	obs      *coordinationv1.Lease // the Lease as last known; nil when absent
+	everSeen bool                  // a Lease was observed since start
+	obsTime  time.Time             // when the record last changed, on our clock
+	maxSeen  int64                 // highest leaseTransitions seen or written
+
+	// After the Lease went away.
+	deletedAt   time.Time
+	restoreFrom *coordinationv1.Lease // the deleted Lease to put back; nil: none
+	ownDeletion bool                  // it went while our term on it was valid
+	notBefore   time.Time             // no acquisition before this
+
+	term         *term // nil: not leading
+	lastToken    int64 // token of this process's latest term (0: none)
+	lastTermUID  string
+	pendingToken int64 // an acquire whose outcome is unknown (the answer was lost)
+	unreleased   bool  // a release write failed: the Lease may still name our ended term
+	holdOff      time.Time
+	retryAt      time.Time // after a failed write, nothing before this
+	needRefresh  bool      // a write lost a race: obs is stale
+	refreshAt    time.Time
+	identity     string
+}
+
+// phase names the state for logs and the diagram.
+func (s *state) phase() string {
+	switch {
+	case !s.synced:
+		return "syncing"
+	case s.term != nil:
+		return "leading"
+	case s.obs == nil:
+		return "absent"
+	case holderOf(s.obs) == "":
+		return "free"
+	default:
+		return "following"
+	}
+}
+
+// decide is the election's algorithm: pure, synchronous, table-tested.
+func decide(s *state, c *Config, now time.Time) decision {
+	if !s.synced {
+		return decision{}
+	}
+	if s.term != nil && !now.Before(s.term.lastRenew.Add(c.RenewDeadline)) {
+		return decision{action: actGiveUp}
+	}
+	var wake time.Time
+	if s.needRefresh {
+		if !now.Before(s.refreshAt) {
+			return decision{action: actRefresh}
+		}
+		wake = s.refreshAt
+	}
+	if s.term != nil {
+		// The renew deadline bounds every wait while leading.
+		wake = earliest(wake, s.term.lastRenew.Add(c.RenewDeadline))
+	}
+	if now.Before(s.retryAt) {
+		return decision{wake: earliest(wake, s.retryAt)}
+	}
+	if s.obs == nil && s.restoreFrom != nil {
+		return decision{action: actRestore}
+	}
+	if t := s.term; t != nil {
+		if holderOf(s.obs) == s.identity && uidOf(s.obs) == t.uid && transitionsOf(s.obs) > t.token {
+			return decision{action: actAcquire}
+		}
+		if !now.Before(t.nextRenew) {
+			return decision{action: actRenew}
+		}
+		return decision{wake: earliest(wake, t.nextRenew)}
+	}
+	if s.needRefresh {
+		return decision{wake: wake}
+	}
+	if s.obs != nil && s.maxSeen > transitionsOf(s.obs) {
+		return decision{action: actRaise}
+	}
+	at := acquireAt(s, c)
+	if !now.Before(at) {
+		return decision{action: actAcquire}
+	}
+	return decision{wake: earliest(wake, at)}
+}
+
+// acquireAt is when a follower may take the Lease.
+func acquireAt(s *state, c *Config) time.Time {
+	var at time.Time
+	switch {
+	case s.ownDeletion && (s.obs == nil || ownRecord(s, s.obs)):
+		// Our valid term was on the deleted Lease and our token has
+		// stopped: nobody else can hold a valid token, take it back.
+		return s.holdOff
+	case s.obs == nil:
+		at = s.notBefore
+	case holderOf(s.obs) == "":
+		at = s.obsTime
+	default:
+		// Held, by another candidate or by an earlier process with our
+		// identity (whose term we never resume): expiry on our clock.
+		at = s.obsTime.Add(max(c.LeaseDuration, durationOf(s.obs)))
+	}
+	return laterOf(laterOf(at, s.notBefore), s.holdOff)
+}
+
+// ownRecord: l names us at a count no higher than our latest token, so it
+// records our own (ended) term and nobody acquired since.
+func ownRecord(s *state, l *coordinationv1.Lease) bool {
+	return s.lastToken > 0 && holderOf(l) == s.identity && transitionsOf(l) <= s.lastToken
+}
+
+// ours reports whether l may record a term of this process that was not
+// written free: our latest term's Lease, or an acquire whose answer we lost.
+func ours(s *state, l *coordinationv1.Lease) bool {
+	if l == nil || holderOf(l) != s.identity {
+		return false
+	}
+	if s.pendingToken > 0 && transitionsOf(l) == s.pendingToken {
+		return true
+	}
+	return s.lastToken > 0 && uidOf(l) == s.lastTermUID && transitionsOf(l) >= s.lastToken
+}

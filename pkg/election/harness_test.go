@@ -1,0 +1,247 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+const (
+	ns        = "team"
+	leaseName = "billing"
+	ld        = 3 * time.Second
+	rd        = 2 * time.Second
+	rp        = 500 * time.Millisecond
+	skew      = 200 * time.Millisecond
+)
+
+var leaseGVR = schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+
+// fakeAPI is a fake clientset that behaves like the API server where the
+// election depends on it: every write gets a new resourceVersion, an update
+// whose resourceVersion is not the stored one is a Conflict, and a create
+// gets a fresh UID.
+type fakeAPI struct {
+	t      *testing.T
+	client *fake.Clientset
+	clock  *testingclock.FakeClock
+	mu     sync.Mutex
+	next   int
+}
+
+func newFakeAPI(t *testing.T, objs ...runtime.Object) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{t: t, client: fake.NewClientset(objs...), clock: testingclock.NewFakeClock(t0), next: 100}
+	f.client.PrependReactor("*", "leases", f.compareAndSwap)
+	return f
+}
+
+func (f *fakeAPI) compareAndSwap(a k8stesting.Action) (bool, runtime.Object, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var l *coordinationv1.Lease
+	switch a.GetVerb() {
+	case "create":
+		l = a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease)
+		l.UID = types.UID(fmt.Sprintf("uid-%d", f.next))
+	case "update":
+		l = a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		cur, err := f.client.Tracker().Get(leaseGVR, ns, l.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if curRV := cur.(*coordinationv1.Lease).ResourceVersion; l.ResourceVersion != curRV {
+			return true, nil, apierrors.NewConflict(leaseGVR.GroupResource(), l.Name, fmt.Errorf("resourceVersion %q, stored %q", l.ResourceVersion, curRV))
+		}
+	default:
+		return false, nil, nil
+	}
+	f.next++
+	l.ResourceVersion = fmt.Sprint(f.next)
+	return false, nil, nil
+}
+
+// lease returns the stored Lease, nil if there is none.
+func (f *fakeAPI) lease() *coordinationv1.Lease {
+	f.t.Helper()
+	o, err := f.client.Tracker().Get(leaseGVR, ns, leaseName)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		f.t.Fatalf("get lease: %v", err)
+	}
+	return o.(*coordinationv1.Lease)
+}
+
+func (f *fakeAPI) deleteLease() {
+	f.t.Helper()
+	if err := f.client.Tracker().Delete(leaseGVR, ns, leaseName); err != nil {
+		f.t.Fatalf("delete lease: %v", err)
+	}
+}
+
+// writes returns the Lease writes ("create", "update") and reads ("get")
+// made since the last call: tests assert exactly the calls they expect.
+func (f *fakeAPI) calls() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource == "leases" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			out = append(out, a.GetVerb())
+		}
+	}
+	f.client.ClearActions()
+	return out
+}
+
+// fail makes the next n calls with verb fail with err (n < 0: all).
+func (f *fakeAPI) fail(verb string, n int, err error) {
+	var mu sync.Mutex
+	f.client.PrependReactor(verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n == 0 {
+			return false, nil, nil
+		}
+		n--
+		return true, nil, err
+	})
+}
+
+func heldLease(holder string, transitions int32) *coordinationv1.Lease {
+	now := metav1.NewMicroTime(t0)
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: ns, UID: "uid-1", ResourceVersion: "5"},
+		Spec: coordinationv1.LeaseSpec{
+			LeaseDurationSeconds: ptr(int32(3)), AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr(transitions),
+		},
+	}
+	if holder != "" {
+		l.Spec.HolderIdentity = ptr(holder)
+	}
+	return l
+}
+
+// newElector builds a candidate on the fake API; it does not run.
+func (f *fakeAPI) newElector(id string, clk clock.WithTicker) (*Elector, *record.FakeRecorder, *prometheus.Registry) {
+	f.t.Helper()
+	reg := prometheus.NewRegistry()
+	events := record.NewFakeRecorder(1000)
+	e, err := New(Config{
+		Client: f.client, Namespace: ns, Name: leaseName, Identity: id,
+		LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp, ClockSkewMargin: skew,
+		Clock: clk, Logger: testLogger(), Registerer: reg, Recorder: events,
+	})
+	if err != nil {
+		f.t.Fatalf("New(%s): %v", id, err)
+	}
+	return e, events, reg
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("ELECTOR_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// stepped is a candidate driven by the test, one step at a time, with no
+// goroutines: the test hands it the informer's events and runs the loop's
+// body (decide, execute) until nothing is due.
+type stepped struct {
+	*Elector
+	f      *fakeAPI
+	events *record.FakeRecorder
+}
+
+func (f *fakeAPI) stepped(id string) *stepped {
+	e, events, _ := f.newElector(id, f.clock)
+	e.alive.Store(true)
+	return &stepped{Elector: e, f: f, events: events}
+}
+
+// sees hands the candidate an informer event for l (as stored now).
+func (c *stepped) sees(l *coordinationv1.Lease) *stepped {
+	c.deliver(observation{lease: l.DeepCopy()})
+	c.drainInbox()
+	c.publish()
+	return c
+}
+
+// seesStored hands the candidate the stored Lease as an informer event,
+// or its absence as the initial list.
+func (c *stepped) seesStored() *stepped {
+	if l := c.f.lease(); l != nil {
+		c.sees(l)
+	}
+	return c.synced()
+}
+
+func (c *stepped) seesDeleted(last *coordinationv1.Lease) *stepped {
+	c.deliver(observation{lease: last.DeepCopy(), deleted: true})
+	c.drainInbox()
+	c.publish()
+	return c
+}
+
+func (c *stepped) synced() *stepped {
+	c.deliver(observation{synced: true})
+	c.drainInbox()
+	c.publish()
+	return c
+}
+
+// step runs the loop's body once at the fake clock's time and returns the
+// next wake-up.
+func (c *stepped) step() time.Time {
+	wake := c.process(context.Background(), context.Background())
+	c.publish()
+	return wake
+}
+
+// tokenLog checks the fencing token's one promise across candidates: a
+// token value is served by one process only, and valid tokens never
+// overlap in time.
+type tokenLog struct {
+	t     *testing.T
+	owner map[int64]string
+}
+
+func newTokenLog(t *testing.T) *tokenLog { return &tokenLog{t: t, owner: map[int64]string{}} }
+
+func (l *tokenLog) check(cands ...*stepped) {
+	l.t.Helper()
+	var leaders []string
+	for _, c := range cands {
+		s := c.Status()
+		if !s.IsLeader {
+			continue
+		}
+		leaders = append(leaders, fmt.Sprintf("%s(token %d, uid %s)", s.Identity, s.Token, s.LeaseUID))
+		if o, ok := l.owner[s.Token]; ok && o != s.Identity {
+			l.t.Fatalf("token %d served by %s and by %s", s.Token, o, s.Identity)
+		}
+		l.owner[s.Token] = s.Identity
+	}
+	if len(leaders) > 1 {
+		l.t.Fatalf("two valid tokens at once: %v", leaders)
+	}
+}

@@ -1,0 +1,145 @@
+package election
+
+import (
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// This file turns what the loop learns (informer events, GETs, write
+// answers) into state. Each function is called only by the loop.
+
+// markSynced records that the initial list was handled. A candidate that
+// found no Lease and never saw one cannot know whether one was just
+// deleted, with its holder still serving a token: it waits one lease
+// duration before it creates one.
+func (e *Elector) markSynced() {
+	s := &e.st
+	if s.synced {
+		return
+	}
+	s.synced = true
+	if s.obs == nil && !s.everSeen {
+		s.notBefore = laterOf(s.notBefore, e.clock.Now().Add(e.cfg.LeaseDuration))
+	}
+	e.log.Debug("initial list of the lease complete", "found", s.obs != nil)
+}
+
+// observe records the Lease as it now is. authoritative: a GET or the
+// answer to our own write, taken even when its resourceVersion looks older
+// than what we hold (etcd restored from a backup); informer events that
+// look older are ignored.
+func (e *Elector) observe(l *coordinationv1.Lease, authoritative bool) {
+	s := &e.st
+	if !authoritative && older(l, s.obs) {
+		return
+	}
+	if recordChanged(s.obs, l) {
+		s.obsTime = e.clock.Now()
+	}
+	s.obs = l
+	s.everSeen = true
+	s.restoreFrom = nil
+	s.needRefresh = false
+	s.maxSeen = max(s.maxSeen, transitionsOf(l))
+	if s.ownDeletion && !ownRecord(s, l) {
+		s.ownDeletion = false
+	}
+	if s.pendingToken > 0 && transitionsOf(l) >= s.pendingToken && holderOf(l) != s.identity {
+		s.pendingToken = 0 // someone else's later write: ours did not land, or was replaced
+	}
+	if t := s.term; t != nil {
+		switch {
+		case uidOf(l) != t.uid:
+			e.loseTerm(LossRecreated)
+		case holderOf(l) != s.identity:
+			e.loseTerm(LossTaken)
+		}
+	}
+}
+
+// observeDeleted records that the Lease is gone. last is its last state as
+// the informer had it (nil when not known, e.g. a GET found nothing); the
+// newer of it and our own view is what gets restored, and its count is
+// seen: a later acquisition must issue a token above it.
+func (e *Elector) observeDeleted(last *coordinationv1.Lease) {
+	s := &e.st
+	now := e.clock.Now()
+	gone := newest(last, s.obs)
+	if gone == nil {
+		gone = s.restoreFrom // a second notice of a deletion already handled
+	}
+	s.maxSeen = max(s.maxSeen, transitionsOf(gone))
+	s.needRefresh = false
+	if s.obs != nil || last != nil {
+		s.deletedAt = now
+		s.obsTime = now
+	}
+	ownValidTerm := s.term != nil && now.Before(s.term.validUntil) &&
+		uidOf(gone) == s.term.uid && holderOf(gone) == s.identity
+	if s.term != nil {
+		e.loseTerm(LossDeleted)
+	}
+	s.obs = nil
+	if ownValidTerm {
+		// Nobody can have taken the Lease since our last renew: we may
+		// recreate it at once, with a higher token.
+		s.ownDeletion = true
+		s.restoreFrom = nil
+		return
+	}
+	s.ownDeletion = false
+	s.restoreFrom = newest(s.restoreFrom, gone)
+	// Its holder may still serve its token for up to its lease duration.
+	s.notBefore = laterOf(s.notBefore, now.Add(max(e.cfg.LeaseDuration, durationOf(gone))))
+}
+
+// startTerm begins a term on l, which our acquire, sent at sent, wrote.
+func (e *Elector) startTerm(l *coordinationv1.Lease, sent time.Time) {
+	s := &e.st
+	s.term = &term{token: transitionsOf(l), uid: uidOf(l)}
+	s.lastToken, s.lastTermUID = s.term.token, s.term.uid
+	s.pendingToken = 0
+	s.unreleased = false
+	s.ownDeletion = false
+	s.holdOff = time.Time{}
+	e.renewed(sent)
+	e.metrics.acquisitions.Inc()
+	e.log.Info("became leader", "token", s.term.token, "leaseUID", s.term.uid)
+	e.event(corev1.EventTypeNormal, "%s became leader with fencing token %d", e.cfg.Identity, s.term.token)
+}
+
+// renewed starts a new validity window from the instant the successful
+// write was sent: other candidates saw the change no earlier than that.
+func (e *Elector) renewed(sent time.Time) {
+	t := e.st.term
+	t.lastRenew = sent
+	t.nextRenew = sent.Add(e.cfg.RetryPeriod)
+	t.validUntil = sent.Add(e.cfg.LeaseDuration - e.cfg.ClockSkewMargin)
+	e.st.retryAt = time.Time{}
+}
+
+// endTerm stops the token at once (published before anything else
+// happens) and reports whether there was a term.
+func (e *Elector) endTerm() (token int64, ok bool) {
+	t := e.st.term
+	if t == nil {
+		return 0, false
+	}
+	e.st.term = nil
+	e.publish()
+	return t.token, true
+}
+
+// loseTerm ends our term involuntarily.
+func (e *Elector) loseTerm(r LossReason) {
+	token, ok := e.endTerm()
+	if !ok {
+		return
+	}
+	why := r.Describe(holderOf(e.st.obs))
+	e.metrics.losses.WithLabelValues(string(r)).Inc()
+	e.log.Warn("lost leadership", "token", token, "reason", why)
+	e.event(corev1.EventTypeWarning, "%s lost leadership (token %d): %s", e.cfg.Identity, token, why)
+}
