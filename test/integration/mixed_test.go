@@ -2,44 +2,51 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
-// Issue 3 #8: a mixed group, two elector-sidecars and one client-go
+// A mixed group, two elector-sidecars and one client-go
 // LeaderElector on the same Lease: never two holders, across kills.
 func TestMixedGroupWithClientGo(t *testing.T) {
 	g := newGroup(t, testTimings)
 	g.start("ours-a", "ours-b")
-	g.startClientGo("clientgo")
 	bound := testTimings.LeaseDuration + failoverSlack
 
-	// Watch the Lease's holder throughout: it only ever names a member.
+	// Watch the Lease's holder throughout (an informer: every version it is
+	// sent, relisting after errors): it only ever names a member.
 	holders := map[string]int{}
 	var hmu sync.Mutex
-	wctx, stopWatch := context.WithCancel(g.ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for wctx.Err() == nil {
-			if l, err := env.cp.Client.CoordinationV1().Leases(g.namespace).Get(wctx, g.lease, metav1.GetOptions{}); err == nil {
-				h, _ := framework.LeaseHolder(l)
-				hmu.Lock()
-				holders[h]++
-				hmu.Unlock()
-			}
-			time.Sleep(50 * time.Millisecond)
+	record := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok {
+			h, _ := framework.LeaseHolder(l)
+			hmu.Lock()
+			holders[h]++
+			hmu.Unlock()
 		}
-	}()
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(env.cp.Client, 0, informers.WithNamespace(g.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + g.lease }))
+	if _, err := factory.Coordination().V1().Leases().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWatch := context.WithCancel(g.ctx)
+	factory.Start(wctx.Done())
 	defer func() {
 		stopWatch()
-		wg.Wait()
+		factory.Shutdown()
 		hmu.Lock()
 		defer hmu.Unlock()
 		for h := range holders {
@@ -47,17 +54,21 @@ func TestMixedGroupWithClientGo(t *testing.T) {
 				t.Errorf("Lease named unknown holder %q", h)
 			}
 		}
-		t.Logf("Lease holders seen (polls): %v", holders)
+		t.Logf("Lease holders seen (Lease versions): %v", holders)
 	}()
 
 	led := map[framework.CandidateKind]int{}
+	// Ours create a new Lease only after one lease duration (nobody may still
+	// hold a deleted one); client-go creates at once and would always lead
+	// first with leaseTransitions 0. Let ours create it, then add client-go.
 	leader, tok := g.waitLeader(startupTimeout)
+	g.startClientGo("clientgo")
 	led[leader.Spec.Kind]++
 	t.Logf("first leader %s (%s) token %d", leader.Instance, leader.Spec.Kind, tok.Token)
 
 	// Kill whoever leads, twice, restarting the victim as a follower.
 	for round := 0; round < 2; round++ {
-		time.Sleep(testTimings.RetryPeriod)
+		g.waitAllSee(leader, tok.Token)
 		killedAt := time.Now()
 		_ = leader.Kill()
 		_, _ = leader.Wait(5 * time.Second)
@@ -90,10 +101,17 @@ func TestMixedGroupWithClientGo(t *testing.T) {
 		led[framework.KindClientGo]++
 		g.start("ours-a", "ours-b")
 	}
-	// Ours stay followers while client-go renews.
-	time.Sleep(2 * testTimings.LeaseDuration)
-	if ls := g.Leaders(g.ctx); len(ls) != 1 || ls[0] != cg {
-		t.Fatalf("leaders %v while the client-go candidate renews\n%s", ls, g.Describe(g.ctx))
+	// Ours stay followers while client-go renews: throughout two lease
+	// durations (the claim is about that period) only client-go leads.
+	err := framework.Consistently(g.ctx, 200*time.Millisecond, 2*testTimings.LeaseDuration, "only the client-go candidate leads",
+		func(ctx context.Context) error {
+			if ls := g.Leaders(ctx); len(ls) != 1 || ls[0] != cg {
+				return fmt.Errorf("leaders %v", ls)
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, g.Describe(g.ctx))
 	}
 	// Kill client-go: one of ours takes over with a greater token.
 	killedAt := time.Now()
@@ -108,7 +126,7 @@ func TestMixedGroupWithClientGo(t *testing.T) {
 
 	// Graceful handoff from ours to client-go (SIGTERM releases the Lease).
 	g.startClientGo("clientgo")
-	time.Sleep(testTimings.RetryPeriod)
+	g.waitAllSee(next, ntok.Token) // the new client-go candidate has observed our leader
 	for _, c := range g.Running() {
 		if c.Spec.Kind == framework.KindSidecar {
 			_ = c.Terminate()
