@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
 
 // ServiceAccountNamespaceFile is where a pod finds its namespace.
@@ -57,7 +59,8 @@ type flagSpec struct {
 	name, env string
 }
 
-// Flags lists every flag with its environment variable, for docs and tests.
+// Flags lists every flag that has an environment variable (all but
+// --version), for Parse, docs and tests.
 var Flags = []flagSpec{
 	{"lease-name", "ELECTOR_LEASE_NAME"},
 	{"lease-namespace", "ELECTOR_LEASE_NAMESPACE"},
@@ -73,11 +76,9 @@ var Flags = []flagSpec{
 	{"log-level", "ELECTOR_LOG_LEVEL"},
 }
 
-// Parse reads flags (args without the program name) over ELECTOR_* env
-// vars over defaults, fills derived defaults, and validates. Errors are
-// *UsageError with one line naming the flag; flag.ErrHelp for -h.
-func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
-	c := &Config{}
+// newFlagSet registers every flag of the binary on c, with its default.
+// Parse uses it; the README test checks the README's table against it.
+func newFlagSet(c *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("elector-sidecar", flag.ContinueOnError)
 	// Errors are returned as one line; the usage text only for -h.
 	fs.SetOutput(io.Discard)
@@ -94,12 +95,23 @@ func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
+	return fs
+}
+
+// Parse reads flags (args without the program name) over ELECTOR_* env
+// vars over defaults, fills derived defaults, and validates. Errors are
+// *UsageError with one line naming the flag; flag.ErrHelp for -h.
+func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
+	c := &Config{}
+	fs := newFlagSet(c)
 
 	// Environment first, so that flags given on the command line win.
 	for _, f := range Flags {
 		if v, ok := lookup(env, f.env); ok {
+			// fs.Set returns the flag.Value's own error ("parse error"
+			// for the standard types), without the flag's name.
 			if err := fs.Set(f.name, v); err != nil {
-				return nil, &UsageError{fmt.Errorf("invalid value %q for %s (--%s): %v", v, f.env, f.name, unwrapFlagErr(err))}
+				return nil, &UsageError{fmt.Errorf("invalid value %q for %s (--%s): %w", v, f.env, f.name, err)}
 			}
 		}
 	}
@@ -128,14 +140,6 @@ func Parse(args []string, env Env, usage io.Writer) (*Config, error) {
 func lookup(env Env, key string) (string, bool) {
 	v := env.Getenv(key)
 	return v, v != ""
-}
-
-func unwrapFlagErr(err error) string {
-	s := err.Error()
-	if i := strings.LastIndex(s, ": "); i >= 0 {
-		return s[i+2:]
-	}
-	return s
 }
 
 func (c *Config) fillDefaults(env Env) {
@@ -193,32 +197,69 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// electionFlags maps the election config's field paths to their flags.
+// electionFlags maps each field path of election.Config.Validate's errors
+// to its flag (without "--"). The mapping goes by path only, never by the
+// error's text; TestElectionFieldsHaveFlags fails when the election reports
+// a path that is missing here.
 var electionFlags = map[string]string{
-	"leaseName":       "--lease-name",
-	"leaseNamespace":  "--lease-namespace",
-	"identity":        "--identity",
-	"leaseDuration":   "--lease-duration",
-	"renewDeadline":   "--renew-deadline",
-	"retryPeriod":     "--retry-period",
-	"clockSkewMargin": "--clock-skew-margin",
+	"leaseName":       "lease-name",
+	"leaseNamespace":  "lease-namespace",
+	"identity":        "identity",
+	"leaseDuration":   "lease-duration",
+	"renewDeadline":   "renew-deadline",
+	"retryPeriod":     "retry-period",
+	"clockSkewMargin": "clock-skew-margin",
 }
 
-// flagError words an election field error as one line naming its flag.
+// flagError words an election field error as one line naming its flag:
+// `--lease-name "Bad_Name": ...`, `--lease-duration 10s: ...`. The result
+// unwraps to fe, so callers can check the field with errors.As.
 func flagError(fe *field.Error) error {
 	name, ok := electionFlags[fe.Field]
 	if !ok {
-		return errors.New(fe.Error())
+		// Not reached while the mapping is complete (see the test);
+		// still one line, naming the election's field.
+		return fe
 	}
-	switch fe.Type {
-	case field.ErrorTypeRequired:
-		return fmt.Errorf("%s: %s", name, fe.Detail)
-	default:
-		if v, isString := fe.BadValue.(string); isString {
-			return fmt.Errorf("%s %q: %s", name, v, fe.Detail)
+	var msg string
+	if fe.Type == field.ErrorTypeRequired {
+		msg = fmt.Sprintf("--%s is required", name)
+		if env := envOf(name); env != "" {
+			msg += " (or " + env + ")"
 		}
-		return fmt.Errorf("%s %v: %s", name, fe.BadValue, fe.Detail)
+		if fe.Detail != "" {
+			msg += ": " + fe.Detail
+		}
+	} else {
+		switch v := fe.BadValue.(type) {
+		case string:
+			msg = fmt.Sprintf("--%s %q: %s", name, v, fe.Detail)
+		case metav1.Duration:
+			msg = fmt.Sprintf("--%s %v: %s", name, v.Duration, fe.Detail)
+		default:
+			msg = fmt.Sprintf("--%s %v: %s", name, v, fe.Detail)
+		}
 	}
+	return &fieldFlagError{msg: msg, err: fe}
+}
+
+// fieldFlagError is an election field error worded for the command line.
+type fieldFlagError struct {
+	msg string
+	err *field.Error
+}
+
+func (e *fieldFlagError) Error() string { return e.msg }
+func (e *fieldFlagError) Unwrap() error { return e.err }
+
+// envOf returns the environment variable of a flag, "" if it has none.
+func envOf(flagName string) string {
+	for _, f := range Flags {
+		if f.name == flagName {
+			return f.env
+		}
+	}
+	return ""
 }
 
 func checkAddress(flagName, addr string, optional bool) error {

@@ -3,10 +3,17 @@ package sidecar
 import (
 	"errors"
 	"flag"
+	"math"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
 
 func testEnv(vars map[string]string, saNamespace, hostname string) Env {
@@ -36,6 +43,8 @@ func TestParse(t *testing.T) {
 		host    string
 		check   func(*testing.T, *Config)
 		wantErr string
+		exact   bool   // wantErr is the whole message
+		path    string // the election field path the error wraps, if any
 	}{
 		{name: "defaults", args: []string{"--lease-name=billing"}, host: "host-1", check: func(t *testing.T, c *Config) {
 			want := Config{LeaseName: "billing", LeaseNamespace: "default", Identity: "host-1", LeaseDuration: 15 * time.Second,
@@ -86,10 +95,15 @@ func TestParse(t *testing.T) {
 		{name: "stray argument", args: []string{"--lease-name=l", "extra"}, host: "h", wantErr: `unexpected argument "extra"`},
 		{name: "bad duration flag", args: []string{"--lease-name=l", "--lease-duration=soon"}, host: "h", wantErr: `invalid value "soon" for flag -lease-duration`},
 		{name: "bad duration env", env: map[string]string{"ELECTOR_RETRY_PERIOD": "x"}, wantErr: `invalid value "x" for ELECTOR_RETRY_PERIOD (--retry-period)`},
-		{name: "lease not above deadline", args: []string{"--lease-name=l", "--lease-duration=10s"}, host: "h", wantErr: "--lease-duration 10s: must be greater than renew deadline 10s"},
-		{name: "deadline vs retry", args: []string{"--lease-name=l", "--retry-period=9s"}, host: "h", wantErr: "--renew-deadline 10s: must be greater than 1.2 x retry period 9s"},
-		{name: "margin too big", args: []string{"--lease-name=l", "--clock-skew-margin=14s"}, host: "h", wantErr: "--clock-skew-margin 14s"},
-		{name: "bad lease name", args: []string{"--lease-name=Bad_Name"}, host: "h", wantErr: `--lease-name "Bad_Name"`},
+		{name: "lease not above deadline", args: []string{"--lease-name=l", "--lease-duration=10s"}, host: "h", wantErr: "--lease-duration 10s: must be greater than renew deadline 10s", exact: true, path: "leaseDuration"},
+		{name: "deadline vs retry", args: []string{"--lease-name=l", "--retry-period=9s"}, host: "h", wantErr: "--renew-deadline 10s: must be greater than 1.2 x retry period 9s", path: "renewDeadline"},
+		{name: "margin too big", args: []string{"--lease-name=l", "--clock-skew-margin=14s"}, host: "h", wantErr: "--clock-skew-margin 14s", path: "clockSkewMargin"},
+		{name: "bad lease name", args: []string{"--lease-name=Bad_Name"}, host: "h", wantErr: `--lease-name "Bad_Name": `, path: "leaseName"},
+		{name: "namespace with a dot", args: []string{"--lease-name=l", "--lease-namespace=a.b"}, host: "h", wantErr: `--lease-namespace "a.b": must not contain dots`, path: "leaseNamespace"},
+		{name: "blank identity", args: []string{"--lease-name=l", "--identity= "}, wantErr: `--identity " ": must not be blank`, path: "identity"},
+		{name: "zero retry period", args: []string{"--lease-name=l", "--retry-period=0"}, host: "h", wantErr: "--retry-period 0s: must be positive", path: "retryPeriod"},
+		{name: "negative margin from env", args: []string{"--lease-name=l"}, env: map[string]string{"ELECTOR_CLOCK_SKEW_MARGIN": "-1s"}, host: "h", wantErr: "--clock-skew-margin -1s: must not be negative", path: "clockSkewMargin"},
+		{name: "sub-second lease", args: []string{"--lease-name=l", "--lease-duration=900ms", "--renew-deadline=500ms", "--retry-period=100ms", "--clock-skew-margin=0"}, host: "h", wantErr: "--lease-duration 900ms: must be at least 1s", path: "leaseDuration"},
 		{name: "bad log format", args: []string{"--lease-name=l", "--log-format=xml"}, host: "h", wantErr: `--log-format "xml": must be text or json`},
 		{name: "bad log level", args: []string{"--lease-name=l", "--log-level=loud"}, host: "h", wantErr: `--log-level "loud"`},
 		{name: "bad http address", args: []string{"--lease-name=l", "--http-address=4040"}, host: "h", wantErr: `--http-address "4040": want host:port`},
@@ -112,6 +126,13 @@ func TestParse(t *testing.T) {
 				if strings.Contains(err.Error(), "\n") {
 					t.Fatalf("error is not one line: %q", err)
 				}
+				var fe *field.Error
+				if isField := errors.As(err, &fe); isField != (tt.path != "") || (isField && fe.Field != tt.path) {
+					t.Fatalf("Parse error %v wraps field error %v, want path %q", err, fe, tt.path)
+				}
+				if tt.exact && err.Error() != tt.wantErr {
+					t.Fatalf("Parse error = %q, want exactly %q", err, tt.wantErr)
+				}
 				return
 			}
 			if err != nil {
@@ -130,6 +151,116 @@ func TestParseHelp(t *testing.T) {
 	for _, f := range Flags {
 		if !strings.Contains(out.String(), "-"+f.name) {
 			t.Errorf("usage does not mention -%s", f.name)
+		}
+	}
+}
+
+// badElectionConfigs returns election configs that each break one field of
+// a valid one: every string and duration field (and any other plain field
+// added later) gets empty, blank, malformed, negative and huge values. So a
+// new validation rule on any field is triggered here without editing this
+// test.
+func badElectionConfigs(t *testing.T) []election.Config {
+	t.Helper()
+	c, err := Parse([]string{"--lease-name=l"}, testEnv(nil, "", "h"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid := c.ElectionConfig()
+	if errs := valid.Validate(); len(errs) > 0 {
+		t.Fatalf("defaults are invalid: %v", errs.ToAggregate())
+	}
+	var out []election.Config
+	typ := reflect.TypeFor[election.Config]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		var bad []any
+		switch {
+		case f.Type == reflect.TypeFor[time.Duration]():
+			for _, d := range []time.Duration{math.MinInt64, -time.Second, -1, 0, 1, time.Millisecond, 999 * time.Millisecond, time.Second, 10 * time.Second, time.Hour, math.MaxInt64} {
+				bad = append(bad, d)
+			}
+		case f.Type.Kind() == reflect.String:
+			for _, s := range []string{"", " ", "Bad_Name", "a.b", "a/b", strings.Repeat("a", 300)} {
+				bad = append(bad, s)
+			}
+		case f.Type.Kind() >= reflect.Int && f.Type.Kind() <= reflect.Float64:
+			for _, n := range []int64{math.MinInt32, -1, 0, 1, math.MaxInt32} {
+				bad = append(bad, reflect.ValueOf(n).Convert(f.Type).Interface())
+			}
+		case f.Type.Kind() == reflect.Bool:
+			bad = append(bad, true, false)
+		default:
+			// Dependencies (client, clock, logger, ...), not settings.
+			continue
+		}
+		for _, v := range bad {
+			ec := valid
+			reflect.ValueOf(&ec).Elem().Field(i).Set(reflect.ValueOf(v).Convert(f.Type))
+			out = append(out, ec)
+		}
+	}
+	return out
+}
+
+// TestElectionFieldsHaveFlags: every field path the election reports has a
+// flag, every mapped path is one the election reports, and every mapped
+// flag exists.
+func TestElectionFieldsHaveFlags(t *testing.T) {
+	registered := map[string]bool{}
+	newFlagSet(&Config{}).VisitAll(func(f *flag.Flag) { registered[f.Name] = true })
+	for path, name := range electionFlags {
+		if !registered[name] {
+			t.Errorf("electionFlags maps %s to --%s, which Parse does not register", path, name)
+		}
+	}
+	seen := map[string]bool{}
+	for _, ec := range badElectionConfigs(t) {
+		for _, fe := range ec.Validate() {
+			seen[fe.Field] = true
+			name, ok := electionFlags[fe.Field]
+			if !ok {
+				t.Errorf("election field %s has no flag in electionFlags (error: %v)", fe.Field, fe)
+				continue
+			}
+			err := flagError(fe)
+			var got *field.Error
+			if !errors.As(err, &got) || got != fe {
+				t.Errorf("flagError(%v) does not unwrap to the field error", fe)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "--"+name+" ") && !strings.HasPrefix(msg, "--"+name+":") {
+				t.Errorf("flagError(%v) = %q, want it to start with --%s", fe, msg, name)
+			}
+			if strings.Contains(msg, "\n") || (fe.Field != name && strings.Contains(msg, fe.Field)) {
+				t.Errorf("flagError(%v) = %q: not one line, or names the election field instead of the flag", fe, msg)
+			}
+		}
+	}
+	for path := range electionFlags {
+		if !seen[path] {
+			t.Errorf("electionFlags maps %s, which no invalid election config reports", path)
+		}
+	}
+}
+
+// TestFlagErrorValues: strings are quoted, durations print as durations,
+// required fields name the env var too.
+func TestFlagErrorValues(t *testing.T) {
+	tests := []struct {
+		err  *field.Error
+		want string
+	}{
+		{field.Invalid(field.NewPath("leaseName"), "Bad_Name", "x"), `--lease-name "Bad_Name": x`},
+		{field.Invalid(field.NewPath("leaseDuration"), metav1.Duration{Duration: 10 * time.Second}, "x"), `--lease-duration 10s: x`},
+		{field.Required(field.NewPath("leaseNamespace"), ""), `--lease-namespace is required (or ELECTOR_LEASE_NAMESPACE)`},
+	}
+	for _, tt := range tests {
+		if got := flagError(tt.err).Error(); got != tt.want {
+			t.Errorf("flagError(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }

@@ -1,27 +1,14 @@
-// Package election runs one candidate of a leader election on a
-// coordination.k8s.io/v1 Lease and turns each acquisition into a fencing
-// token (the Lease's spec.leaseTransitions as written by the acquiring
-// update).
-//
-// Safety rules, in short:
-//   - every write is a compare-and-swap on the Lease's resourceVersion;
-//   - followers watch the Lease (no polling) and judge expiry on their own
-//     monotonic clock, from the moment they observed the last change;
-//   - every acquisition increments leaseTransitions past the highest value
-//     this process has ever seen, also when the same identity takes the Lease
-//     again, so tokens never go backwards while a candidate that saw the
-//     Lease is running;
-//   - the token is served only from the monotonic instant the last successful
-//     renew was sent until other candidates could take over, less a margin.
 package election
 
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +24,7 @@ const (
 	DefaultClockSkewMargin = 500 * time.Millisecond
 
 	// JitterFactor is client-go's: leaseDuration > renewDeadline > JitterFactor*retryPeriod.
+	// Validate checks it exactly (as renewDeadline-retryPeriod > retryPeriod/5).
 	JitterFactor = 1.2
 )
 
@@ -77,46 +65,72 @@ type Config struct {
 // LeaseKey returns "namespace/name".
 func (c *Config) LeaseKey() string { return c.Namespace + "/" + c.Name }
 
+// maxLeaseDuration is the longest lease duration: the Lease stores it as
+// int32 seconds.
+const maxLeaseDuration = math.MaxInt32 * time.Second
+
 // Validate checks the settings (not the client) and returns every problem.
 // Each error's Field is the Config field's JSON-style path (leaseName,
 // leaseNamespace, identity, leaseDuration, renewDeadline, retryPeriod,
 // clockSkewMargin), so callers map it to their own names (flags, values)
-// without reading the text.
+// without reading the text. Type is field.ErrorTypeRequired for an empty
+// string and field.ErrorTypeInvalid otherwise; BadValue is the string, or a
+// metav1.Duration for the durations (it prints as "10s", not nanoseconds).
 func (c *Config) Validate() field.ErrorList {
 	var errs field.ErrorList
+	// Lease names are DNS-1123 subdomains, namespaces DNS-1123 labels, as
+	// the API server validates them.
 	for _, f := range []struct {
 		path  *field.Path
 		value string
-	}{{field.NewPath("leaseName"), c.Name}, {field.NewPath("leaseNamespace"), c.Namespace}} {
+		check func(string) []string
+	}{
+		{field.NewPath("leaseName"), c.Name, validation.IsDNS1123Subdomain},
+		{field.NewPath("leaseNamespace"), c.Namespace, validation.IsDNS1123Label},
+	} {
 		if f.value == "" {
 			errs = append(errs, field.Required(f.path, ""))
 			continue
 		}
-		if msgs := validation.IsDNS1123Subdomain(f.value); len(msgs) > 0 {
+		if msgs := f.check(f.value); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(f.path, f.value, strings.Join(msgs, "; ")))
 		}
 	}
-	if strings.TrimSpace(c.Identity) == "" {
-		errs = append(errs, field.Required(field.NewPath("identity"), "must not be empty or blank"))
+	idPath := field.NewPath("identity")
+	if c.Identity == "" {
+		errs = append(errs, field.Required(idPath, ""))
+	} else if strings.TrimSpace(c.Identity) == "" {
+		errs = append(errs, field.Invalid(idPath, c.Identity, "must not be blank"))
 	}
 	if c.RetryPeriod <= 0 {
-		errs = append(errs, field.Invalid(field.NewPath("retryPeriod"), c.RetryPeriod, "must be positive"))
+		errs = append(errs, field.Invalid(field.NewPath("retryPeriod"), duration(c.RetryPeriod), "must be positive"))
 	}
 	ldPath := field.NewPath("leaseDuration")
-	if c.LeaseDuration < time.Second {
-		errs = append(errs, field.Invalid(ldPath, c.LeaseDuration, "must be at least 1s (the Lease stores whole seconds)"))
+	switch {
+	case c.LeaseDuration < time.Second:
+		errs = append(errs, field.Invalid(ldPath, duration(c.LeaseDuration), "must be at least 1s (the Lease stores whole seconds)"))
+	case c.LeaseDuration > maxLeaseDuration:
+		errs = append(errs, field.Invalid(ldPath, duration(c.LeaseDuration), fmt.Sprintf("must be at most %v (the Lease stores int32 seconds)", maxLeaseDuration)))
+	case c.LeaseDuration <= c.RenewDeadline:
+		errs = append(errs, field.Invalid(ldPath, duration(c.LeaseDuration), fmt.Sprintf("must be greater than renew deadline %v", c.RenewDeadline)))
 	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		errs = append(errs, field.Invalid(ldPath, c.LeaseDuration, fmt.Sprintf("must be greater than renew deadline %v", c.RenewDeadline)))
-	}
-	if float64(c.RenewDeadline) <= JitterFactor*float64(c.RetryPeriod) {
-		errs = append(errs, field.Invalid(field.NewPath("renewDeadline"), c.RenewDeadline, fmt.Sprintf("must be greater than %.1f x retry period %v", JitterFactor, c.RetryPeriod)))
+	rdPath := field.NewPath("renewDeadline")
+	// renewDeadline > JitterFactor*retryPeriod, exactly, in integers: for a
+	// whole number of nanoseconds d-r, d-r > r/5 (real) iff d-r > floor(r/5).
+	if c.RenewDeadline <= 0 {
+		errs = append(errs, field.Invalid(rdPath, duration(c.RenewDeadline), "must be positive"))
+	} else if c.RetryPeriod > 0 && c.RenewDeadline-c.RetryPeriod <= c.RetryPeriod/5 {
+		errs = append(errs, field.Invalid(rdPath, duration(c.RenewDeadline), fmt.Sprintf("must be greater than %.1f x retry period %v", JitterFactor, c.RetryPeriod)))
 	}
 	skewPath := field.NewPath("clockSkewMargin")
 	if c.ClockSkewMargin < 0 {
-		errs = append(errs, field.Invalid(skewPath, c.ClockSkewMargin, "must not be negative"))
-	} else if c.ClockSkewMargin >= c.LeaseDuration-c.RetryPeriod {
-		errs = append(errs, field.Invalid(skewPath, c.ClockSkewMargin, fmt.Sprintf("must be less than lease duration minus retry period (%v), or the token would expire before the next renew", c.LeaseDuration-c.RetryPeriod)))
+		errs = append(errs, field.Invalid(skewPath, duration(c.ClockSkewMargin), "must not be negative"))
+	} else if c.RetryPeriod > 0 && c.ClockSkewMargin >= c.LeaseDuration-c.RetryPeriod {
+		errs = append(errs, field.Invalid(skewPath, duration(c.ClockSkewMargin), fmt.Sprintf("must be less than lease duration minus retry period (%v), or the token would expire before the next renew", c.LeaseDuration-c.RetryPeriod)))
 	}
 	return errs
 }
+
+// duration is a field.Error BadValue that keeps the type and prints as
+// "10s" (field.Error renders a bare time.Duration as nanoseconds).
+func duration(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }

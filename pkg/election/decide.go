@@ -6,43 +6,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
-// The decision. One candidate's whole state is a state value, owned by the
-// election loop; decide reads it and the time and names the one thing to do
+// The decision: see the package doc for the state diagram and the rules.
+// decide reads a state value and the time and names the one thing to do
 // now, or when to look again. It never builds a Lease (spec.go does) and
 // never calls the API server (actions.go does).
-//
-// Phases (what decide sees) and the actions that move between them:
-//
-//	            initial list done
-//	syncing ─────────────────────────┐
-//	                                 ▼
-//	  ┌──────────────── following ◄──────────── (Lease held by another, or by an
-//	  │  waitForExpiry:  │   ▲                   earlier process with our name)
-//	  │  obsTime +       │   │ observe: taken, deleted, recreated,
-//	  │  leaseDuration   │   │ giveUp (renew deadline), stepDown (release)
-//	  │                  ▼   │
-//	  │  acquire ──────► leading ── renew (every retry period, compare-and-swap)
-//	  │  (CAS, token =   │   ▲      acquire again if leaseTransitions was raised
-//	  │  maxSeen + 1)    └───┘      above the token (superseded)
-//	  │
-//	  └─ absent (no Lease): restore the deleted Lease as last known (anyone),
-//	     or create it with a new token once nobody can still hold a valid one
-//	     (notBefore); the leader whose own valid term was deleted may take it
-//	     back at once.
-//
-// Besides: refresh (GET after a lost race, authoritative), raise (a follower
-// that has seen a higher leaseTransitions than the Lease shows writes it
-// back, keeping the holder), and back-off after failed writes (retryAt).
-//
-// The safety rules decide enforces:
-//   - no acquisition (create or update) before notBefore: one lease duration
-//     after a deletion was observed (the longer of ours and the deleted
-//     Lease's), and one lease duration after this candidate first found no
-//     Lease without ever having seen one: a deleted Lease's holder may still
-//     serve its token that long;
-//   - a held Lease is taken only after max(our leaseDuration, its
-//     leaseDurationSeconds) without a change observed on our own clock;
-//   - a token is never issued below the highest leaseTransitions seen.
 
 // action names what the loop does next.
 type action int

@@ -1,0 +1,124 @@
+package sidecar
+
+import (
+	"flag"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// readmeSection returns the README's "## title" section (up to the next
+// "## " heading).
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	head := "\n## " + title + "\n"
+	i := strings.Index(s, head)
+	if i < 0 {
+		t.Fatalf("README has no %q section", strings.TrimSpace(head))
+	}
+	s = s[i+len(head):]
+	if j := strings.Index(s, "\n## "); j >= 0 {
+		s = s[:j]
+	}
+	return s
+}
+
+type readmeFlag struct{ env, def string }
+
+// readmeFlags parses the "Flags" table: | `--name` | `ENV` | default | meaning |.
+func readmeFlags(t *testing.T) map[string]readmeFlag {
+	t.Helper()
+	section := readmeSection(t, "Flags")
+	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| (`[A-Z0-9_]+`)? *\\| ([^|]*?) *\\| [^|]*\\|$")
+	rows := map[string]readmeFlag{}
+	for _, line := range strings.Split(section, "\n") {
+		// Every table row but the header and its separator is a flag.
+		if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "| flag |") || strings.HasPrefix(line, "| ---") {
+			continue
+		}
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("README Flags row does not parse as | `--flag` | `ENV` or empty | default | meaning |:\n%s", line)
+			continue
+		}
+		if _, dup := rows[m[1]]; dup {
+			t.Errorf("README lists --%s twice", m[1])
+		}
+		rows[m[1]] = readmeFlag{env: strings.Trim(m[2], "`"), def: m[3]}
+	}
+	return rows
+}
+
+// singleLiteral matches a cell that is one code literal and nothing else.
+var singleLiteral = regexp.MustCompile("^`[^`]*`$")
+
+// TestReadmeListsEveryFlag: the README's Flags table lists exactly the flags
+// Parse registers, each with its env var from Flags and, where the default
+// is a literal, that default.
+func TestReadmeListsEveryFlag(t *testing.T) {
+	rows := readmeFlags(t)
+	envs := map[string]string{}
+	for _, f := range Flags {
+		envs[f.name] = f.env
+	}
+	fs := newFlagSet(&Config{})
+	registered := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		registered[f.Name] = true
+		r, ok := rows[f.Name]
+		if !ok {
+			t.Errorf("--%s is not in the README's Flags table", f.Name)
+			return
+		}
+		if r.env != envs[f.Name] {
+			t.Errorf("README: --%s env %q, want %q", f.Name, r.env, envs[f.Name])
+		}
+		switch def := f.DefValue; {
+		case def != "" && def != "false":
+			// A literal default: the README shows exactly it.
+			if want := "`" + def + "`"; r.def != want {
+				t.Errorf("README: --%s default %s, want %s", f.Name, r.def, want)
+			}
+		case singleLiteral.MatchString(r.def):
+			// No literal default: the README explains the derived one
+			// in words and must not claim a literal the flag does not have.
+			t.Errorf("README: --%s default %s, but the flag's default is %q", f.Name, r.def, def)
+		}
+	})
+	for name := range rows {
+		if !registered[name] {
+			t.Errorf("README lists --%s, which Parse does not register", name)
+		}
+	}
+	for _, f := range Flags {
+		if !registered[f.name] {
+			t.Errorf("Flags lists --%s (%s), which Parse does not register", f.name, f.env)
+		}
+	}
+	if len(rows) < 10 {
+		t.Errorf("only %d README rows parsed; the table was not found?", len(rows))
+	}
+}
+
+// TestReadmeExitCodeExample: the README's example of a bad-flag line is
+// exactly what the binary prints (main prefixes "elector-sidecar: ").
+func TestReadmeExitCodeExample(t *testing.T) {
+	section := readmeSection(t, "Flags")
+	m := regexp.MustCompile("`(elector-sidecar: --lease-duration [^`]*)`").FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("README's exit codes paragraph has no `elector-sidecar: --lease-duration ...` example")
+	}
+	_, err := Parse([]string{"--lease-name=l", "--lease-duration=10s"}, testEnv(nil, "", "h"), nil)
+	if err == nil {
+		t.Fatal("Parse(--lease-duration=10s) succeeded")
+	}
+	if got := "elector-sidecar: " + err.Error(); got != m[1] {
+		t.Errorf("binary prints %q, README says %q", got, m[1])
+	}
+}
