@@ -3,20 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 func fakeEnv(vars map[string]string) env {
@@ -94,7 +96,7 @@ func TestRunExitCodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr framework.SyncBuffer
 			code := run(context.Background(), tt.args, fakeEnv(nil), nil, &stdout, &stderr)
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d (stderr %q)", code, tt.code, stderr.String())
@@ -118,14 +120,12 @@ type fakeSidecar struct {
 func (f *fakeSidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if tok := f.token.Load(); tok > 0 {
-		_, _ = w.Write([]byte(`{"token":` + itoa(tok) + `,"lease":"ns/l","expiresInMs":1000}`))
+		_ = json.NewEncoder(w).Encode(localapi.TokenResponse{Token: tok, Lease: "ns/l", LeaseUID: "uid-1", ExpiresInMs: 1000})
 		return
 	}
 	w.WriteHeader(http.StatusConflict)
-	_, _ = w.Write([]byte(`{"error":"not the leader","holder":"pod-b"}`))
+	_ = json.NewEncoder(w).Encode(localapi.NotLeaderResponse{Error: "not the leader", Holder: "pod-b"})
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // TestWriterLoop runs the writer against a fake sidecar and a real fenced
 // HTTP store: accepted while leading, not-leader after, and a late write with
@@ -141,7 +141,7 @@ func TestWriterLoop(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	late := make(chan os.Signal, 1)
-	var stdout, stderr syncBuffer
+	var stdout, stderr framework.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"--sidecar=" + sidecar.URL, "--store=" + store.URL, "--interval=10ms", "--writer=pod-a"}, fakeEnv(nil), late, &stdout, &stderr)
@@ -173,7 +173,7 @@ func TestWriterLoop(t *testing.T) {
 
 func TestStoreSubcommand(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr framework.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"store", "--listen=127.0.0.1:0"}, fakeEnv(nil), nil, &stdout, &stderr)
@@ -194,33 +194,18 @@ func TestStoreSubcommand(t *testing.T) {
 	}
 }
 
-func waitLine(t *testing.T, b *syncBuffer, pattern string) []string {
+func waitLine(t *testing.T, b *framework.SyncBuffer, pattern string) []string {
 	t.Helper()
 	re := regexp.MustCompile(pattern)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(b.String()); m != nil {
-			return m
+	var m []string
+	err := framework.Eventually(context.Background(), 5*time.Millisecond, 10*time.Second, fmt.Sprintf("a line matching %q", pattern), func(context.Context) error {
+		if m = re.FindStringSubmatch(b.String()); m == nil {
+			return fmt.Errorf("output so far:\n%s", b.String())
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no line matching %q in:\n%s", pattern, b.String())
-	return nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return m
 }

@@ -10,21 +10,9 @@ import (
 	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/getter"
-)
 
-// cacheBin is where hack/build-binaries.sh puts helm, kubectl, kube-apiserver and etcd.
-func cacheBin() string {
-	dir := os.Getenv("ELECTOR_CACHE_DIR")
-	if dir == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(base, "elector-sidecar")
-	}
-	return filepath.Join(dir, "bin")
-}
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
 
 // valueFileSets are the values files every lint and render check runs with (nil = chart defaults).
 func valueFileSets(t *testing.T) [][]string {
@@ -76,8 +64,11 @@ func TestLint(t *testing.T) {
 
 // TestLintCLI runs the real helm binary (built by hack/build-binaries.sh) when it is there.
 func TestLintCLI(t *testing.T) {
-	helm := filepath.Join(cacheBin(), "helm")
+	helm := filepath.Join(framework.CacheBinDir(), "helm")
 	if _, err := os.Stat(helm); err != nil {
+		if requireBuiltBinaries() {
+			t.Fatalf("no helm binary at %s: run hack/build-binaries.sh", helm)
+		}
 		t.Skipf("no helm binary at %s (hack/build-binaries.sh builds it); TestLint covered the same checks through the SDK", helm)
 	}
 	for _, files := range valueFileSets(t) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/configmapstore"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // 1. helm install with 3 replicas: Running and Ready pods, exactly one leader
@@ -50,7 +52,7 @@ func TestInstallElectsOneLeader(t *testing.T) {
 	if err != nil || l == nil {
 		t.Fatalf("get lease: %v (lease %v)", err, l)
 	}
-	if got := transitionsOf(l); got != token {
+	if got := framework.TransitionsOf(l); got != token {
 		t.Errorf("lease spec.leaseTransitions = %d, want the leader's token %d", got, token)
 	}
 	if d := l.Spec.LeaseDurationSeconds; d == nil || int64(*d) != int64(leaseDuration/time.Second) {
@@ -101,7 +103,7 @@ func (r *release) watchLease(ctx context.Context, rv string) (<-chan leaseEvent,
 			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 				continue
 			}
-			ev := leaseEvent{at: time.Now(), holder: holderOf(l), transitions: transitionsOf(l)}
+			ev := leaseEvent{at: time.Now(), holder: framework.HolderOf(l), transitions: framework.TransitionsOf(l)}
 			if l.Spec.RenewTime != nil {
 				ev.renewTime = l.Spec.RenewTime.Time
 			}
@@ -269,7 +271,7 @@ func TestLeaderPodDeletionHandsOver(t *testing.T) {
 
 	// The new leader's /token: a strictly greater token.
 	var tokAns answer
-	err = poll(300*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(context.Background(), 300*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, error) {
 		tokAns = r.api(ctx, taken.holder, "/token")
 		return tokAns.err == nil && tokAns.status == 200, nil
 	})
@@ -371,12 +373,12 @@ func (r *release) waitNewHolder(old string, oldToken int64, timeout time.Duratio
 	r.t.Helper()
 	var holder string
 	var tr int64
-	err := poll(200*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(context.Background(), 200*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
 		l, err := r.getLease(ctx)
 		if err != nil || l == nil {
 			return false, nil
 		}
-		holder, tr = holderOf(l), transitionsOf(l)
+		holder, tr = framework.HolderOf(l), framework.TransitionsOf(l)
 		return holder != "" && holder != old, nil
 	})
 	if err != nil {
@@ -458,7 +460,7 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 	}
 	sidecarPID, err := hostPID(hostContainerID(pod, sidecarName), "/elector-sidecar")
 	if err != nil {
-		t.Skipf("cannot freeze the leader's sidecar: %v. This test sends SIGSTOP to the sidecar's host process: run the suite as root on the node (hack/e2e.sh's local cluster) or on the Linux host of a kind cluster.", err)
+		skipUnlessRoot(t, fmt.Sprintf("cannot find the leader's sidecar host process: %v", err))
 	}
 	appPID, appErr := hostPID(hostContainerID(pod, appName), "/elector-demo")
 	restarts := containerStatus(pod, sidecarName).RestartCount
@@ -482,9 +484,9 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 	})
 	freeze := time.Now()
 	if err := syscall.Kill(sidecarPID, syscall.SIGSTOP); err != nil {
-		t.Skipf("cannot SIGSTOP pid %d: %v (needs root)", sidecarPID, err)
+		skipUnlessRoot(t, fmt.Sprintf("cannot SIGSTOP pid %d: %v", sidecarPID, err))
 	}
-	if err := poll(50*time.Millisecond, 5*time.Second, func(context.Context) (bool, error) {
+	if err := framework.Poll(context.Background(), 50*time.Millisecond, 5*time.Second, func(context.Context) (bool, error) {
 		s, err := procState(sidecarPID)
 		return s == "T", err
 	}); err != nil {
@@ -533,7 +535,7 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 			t.Errorf("SIGUSR1 to the app (pid %d): %v", appPID, err)
 		} else {
 			var line string
-			err := poll(300*time.Millisecond, 20*time.Second, func(ctx context.Context) (bool, error) {
+			err := framework.Poll(context.Background(), 300*time.Millisecond, 20*time.Second, func(ctx context.Context) (bool, error) {
 				out, _ := r.logs(ctx, leader, appName, false)
 				l, ok := firstLine(parseLogs(out), "late=true")
 				line = l.text
@@ -559,9 +561,13 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 	resumed := time.Now()
 	timing(t, "frozen for", resumed.Sub(freeze))
 
-	// From the moment it resumes, the old leader's /token must not hand out a token.
-	for i := 0; i < 5; i++ {
+	// From the moment it resumes until it has caught up (a follower that names the new leader), the
+	// old leader's /token must not hand out a token.
+	var la answer
+	asked := 0
+	err = framework.Poll(ctx, 300*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, error) {
 		a := r.api(ctx, leader, "/token")
+		asked++
 		t.Logf("after SIGCONT +%.2fs: %v", a.recv.Sub(resumed).Seconds(), a)
 		switch {
 		case a.err != nil:
@@ -571,14 +577,10 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 		case a.status != 409 && a.status != 503:
 			t.Errorf("old leader /token: %v; want 409 or 503", a)
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	// It catches up: a follower that names the new leader.
-	var la answer
-	err = poll(300*time.Millisecond, 30*time.Second, func(ctx context.Context) (bool, error) {
 		la = r.api(ctx, leader, "/leader")
 		return la.err == nil && !la.leader.IsLeader && la.leader.Holder == newLeader, nil
 	})
+	note(t, "old leader's /token answers until it followed", asked)
 	if err != nil {
 		t.Errorf("old leader's /leader does not show %s as holder: %v; last %v", newLeader, err, la)
 	} else {
@@ -597,6 +599,18 @@ func TestFrozenLeaderLosesToken(t *testing.T) {
 	if l, ok := firstLine(parseLogs(out), `"msg":"lost leadership"`); ok {
 		t.Logf("old leader's sidecar: %s", l.text)
 	}
+}
+
+// skipUnlessRoot: the freeze test sends SIGSTOP to the sidecar's host process, which needs root on the
+// node's host. As root (CI, hack/e2e.sh) not being able to is a failure; as another user it skips and
+// says how to run it.
+func skipUnlessRoot(t *testing.T, why string) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		t.Fatalf("%s (running as root, so the freeze must work: is the cluster on this host?)", why)
+	}
+	t.Skipf("%s. Not root (uid %d): this test sends SIGSTOP to the sidecar's host process; run the suite as root on the node "+
+		"(hack/e2e.sh's local cluster) or on the Linux host of a kind cluster.", why, os.Geteuid())
 }
 
 // 5. helm upgrade (rolling update of every pod): at most one leader at
@@ -642,8 +656,23 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 		<-samplerDone
 	}
 	defer stopSampler()
+	// waitRounds waits until the sampler has completed n more rounds.
+	waitRounds := func(n int, when string) {
+		t.Helper()
+		mu.Lock()
+		from := len(rounds)
+		mu.Unlock()
+		err := framework.Poll(ctx, 100*time.Millisecond, time.Minute, func(context.Context) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(rounds) >= from+n, nil
+		})
+		if err != nil {
+			t.Fatalf("the /leader sampler did not complete %d rounds %s: %v", n, when, err)
+		}
+	}
 
-	time.Sleep(2 * time.Second) // a few samples before
+	waitRounds(3, "before the upgrade")
 	rollout := fmt.Sprintf("%d", time.Now().UnixNano())
 	start := time.Now()
 	r.upgrade(fmt.Sprintf("workload:\n  podAnnotations:\n    e2e-rollout: %q\n", rollout))
@@ -651,7 +680,7 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 
 	// Rolled out: 3 Ready pods, all from the new template, no old pod left.
 	var last string
-	err := poll(time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(context.Background(), time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
 		pods, err := r.pods(ctx)
 		if err != nil {
 			return false, nil
@@ -672,7 +701,7 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 		t.Fatalf("rollout not finished: %v; pods: %s", err, last)
 	}
 	timing(t, "helm upgrade -> all pods replaced and Ready", time.Since(start))
-	time.Sleep(3 * time.Second) // a few samples after
+	waitRounds(3, "after the rollout")
 	stopSampler()
 
 	newLeader, t2 := r.mustLeader(t)
@@ -689,8 +718,8 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 	if err != nil || p.Annotations["e2e-rollout"] != rollout {
 		t.Errorf("final leader %s is not a new pod (err %v)", newLeader, err)
 	}
-	if l, err := r.getLease(ctx); err != nil || holderOf(l) != newLeader || transitionsOf(l) != t2 {
-		t.Errorf("lease holder %q transitions %d, want %s %d (err %v)", holderOf(l), transitionsOf(l), newLeader, t2, err)
+	if l, err := r.getLease(ctx); err != nil || framework.HolderOf(l) != newLeader || framework.TransitionsOf(l) != t2 {
+		t.Errorf("lease holder %q transitions %d, want %s %d (err %v)", framework.HolderOf(l), framework.TransitionsOf(l), newLeader, t2, err)
 	}
 	if t2 <= t1 {
 		t.Errorf("token %d after the rollout, want > %d (the leader's pod was replaced)", t2, t1)
@@ -788,16 +817,16 @@ func TestUninstallLeavesNothingBehind(t *testing.T) {
 	switch {
 	case err != nil || l == nil:
 		t.Fatalf("lease after uninstall: %v %v (expected kept)", l, err)
-	case transitionsOf(l) < t1:
-		t.Errorf("lease transitions %d after uninstall, want >= %d", transitionsOf(l), t1)
-	case holderOf(l) == "":
+	case framework.TransitionsOf(l) < t1:
+		t.Errorf("lease transitions %d after uninstall, want >= %d", framework.TransitionsOf(l), t1)
+	case framework.HolderOf(l) == "":
 		t.Logf("the leader released the Lease during the uninstall")
-	case releaseRefused(lines, holderOf(l)):
+	case releaseRefused(lines, framework.HolderOf(l)):
 		t.Logf("FINDING: after helm uninstall the Lease is still held by %s (the leader was %s): helm deleted the Role/RoleBinding/ServiceAccount "+
 			"with the Deployment, so the release on SIGTERM was refused (see the log lines above); it expires after leaseDuration %v. "+
-			"Scale the workload to 0 before uninstalling to release it (checked below).", holderOf(l), leader, leaseDuration)
+			"Scale the workload to 0 before uninstalling to release it (checked below).", framework.HolderOf(l), leader, leaseDuration)
 	default:
-		t.Errorf("lease after uninstall held by %q (the leader was %s), and its log does not say why", holderOf(l), leader)
+		t.Errorf("lease after uninstall held by %q (the leader was %s), and its log does not say why", framework.HolderOf(l), leader)
 	}
 
 	// Why the Lease is kept: a reinstall continues the token sequence.
@@ -821,11 +850,11 @@ func TestUninstallLeavesNothingBehind(t *testing.T) {
 	switch {
 	case err != nil || l == nil:
 		t.Errorf("lease after scaling to 0: %v %v", l, err)
-	case holderOf(l) == "":
+	case framework.HolderOf(l) == "":
 	default:
 		// A write in flight at SIGTERM finishes (election.WriteGrace) and is then released, so
 		// every sidecar that held the Lease must have written it free.
-		t.Errorf("after scaling to 0 the Lease is held by %q: that pod did not release it on SIGTERM", holderOf(l))
+		t.Errorf("after scaling to 0 the Lease is held by %q: that pod did not release it on SIGTERM", framework.HolderOf(l))
 	}
 	r.uninstall(false)
 	r.checkOnlyKeptLeft(ctx, t)
@@ -894,7 +923,7 @@ func releaseRefused(lines []string, pod string) bool {
 
 func (r *release) waitNoPods(t *testing.T, what string, start time.Time) {
 	t.Helper()
-	err := poll(time.Second, 3*time.Minute, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(context.Background(), time.Second, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		pods, err := r.pods(ctx)
 		return err == nil && len(pods) == 0, nil
 	})

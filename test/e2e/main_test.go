@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // Election timings of every release: short, so takeovers are quick, and far
@@ -116,19 +118,17 @@ func loadSuiteConfig() (*suiteConfig, error) {
 	if c.cs, err = kubernetes.NewForConfig(c.restConfig); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	var v string
-	for {
+	err = framework.Eventually(context.Background(), time.Second, 30*time.Second, "the cluster in "+c.kubeconfig+" to answer", func(context.Context) error {
 		sv, err := c.cs.Discovery().ServerVersion()
-		if err == nil {
-			v = sv.GitVersion
-			break
+		if err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("cluster in %s not reachable: %w", c.kubeconfig, err)
-		}
-		time.Sleep(time.Second)
+		v = sv.GitVersion
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	fmt.Printf("e2e: cluster %s (KUBECONFIG=%s), image %s (pull policy %s), chart %s, kubectl %s, helm %s\n",
 		v, c.kubeconfig, image, c.pullPolicy, c.chart, c.kubectl, c.helm)
@@ -150,16 +150,7 @@ func findTool(env, name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	cache := os.Getenv("ELECTOR_CACHE_DIR")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "elector-sidecar")
-	}
-	p := filepath.Join(cache, "bin", name)
+	p := filepath.Join(framework.CacheBinDir(), name)
 	if st, err := os.Stat(p); err == nil && !st.IsDir() {
 		return p, nil
 	}

@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // release is one helm release of the chart in its own namespace.
@@ -52,7 +54,7 @@ func newRelease(t *testing.T, prefix string) *release {
 		// Let the pods go before the namespace: the namespace controller, finding pods still
 		// terminating, re-checks only after their grace period (30s).
 		start := time.Now()
-		if err := poll(500*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+		if err := framework.Poll(context.Background(), 500*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
 			pods, err := r.pods(ctx)
 			return err == nil && len(pods) == 0, nil
 		}); err != nil {
@@ -136,10 +138,9 @@ func (r *release) deleteNamespace() {
 		return
 	}
 	reported := false
-	for ctx.Err() == nil {
+	err = framework.Poll(ctx, 500*time.Millisecond, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		if _, err := suite.cs.CoreV1().Namespaces().Get(ctx, r.ns, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			r.t.Logf("cleanup: namespace %s deleted in %.1fs", r.ns, time.Since(start).Seconds())
-			return
+			return true, nil
 		}
 		if !reported && time.Since(start) > 15*time.Second {
 			// Slow: say what is still there (pods that do not stop on SIGTERM wait out the grace period).
@@ -156,9 +157,13 @@ func (r *release) deleteNamespace() {
 			out, errOut, _ := kubectl(ctx, "--namespace", r.ns, "get", "events", "--sort-by", ".lastTimestamp")
 			r.t.Logf("cleanup: events:\n%s%s", tail(out, 25), errOut)
 		}
-		time.Sleep(500 * time.Millisecond)
+		return false, nil
+	})
+	if err != nil {
+		r.t.Logf("cleanup: WARNING: namespace %s still exists after %.0fs: %v", r.ns, time.Since(start).Seconds(), err)
+		return
 	}
-	r.t.Logf("cleanup: WARNING: namespace %s still exists after %.0fs", r.ns, time.Since(start).Seconds())
+	r.t.Logf("cleanup: namespace %s deleted in %.1fs", r.ns, time.Since(start).Seconds())
 }
 
 func guardName(ns string) string {
@@ -263,39 +268,35 @@ var fatalWaiting = map[string]bool{
 // waitPodsReady waits until exactly n pods exist, none terminating, all Running and Ready.
 func (r *release) waitPodsReady(n int, timeout time.Duration) []corev1.Pod {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	var last string
-	for {
+	var ready []corev1.Pod
+	err := framework.Poll(context.Background(), time.Second, timeout, func(ctx context.Context) (bool, error) {
 		pods, err := r.pods(ctx)
-		if err == nil {
-			ready := 0
-			var states []string
-			for i := range pods {
-				p := &pods[i]
-				if podReady(p) {
-					ready++
-				}
-				states = append(states, podSummary(p))
-				for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-					if w := cs.State.Waiting; w != nil && fatalWaiting[w.Reason] {
-						r.t.Fatalf("pod %s container %s: %s: %s", p.Name, cs.Name, w.Reason, w.Message)
-					}
-				}
-			}
-			last = strings.Join(states, "; ")
-			if ready == n && len(pods) == n {
-				return pods
-			}
-		} else {
+		if err != nil {
 			last = err.Error()
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			r.t.Fatalf("timed out after %v waiting for %d Ready pods: %s", timeout, n, last)
-		case <-time.After(time.Second):
+		var states []string
+		ready = ready[:0]
+		for i := range pods {
+			p := &pods[i]
+			if podReady(p) {
+				ready = append(ready, *p)
+			}
+			states = append(states, podSummary(p))
+			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				if w := cs.State.Waiting; w != nil && fatalWaiting[w.Reason] {
+					return false, fmt.Errorf("pod %s container %s: %s: %s", p.Name, cs.Name, w.Reason, w.Message)
+				}
+			}
 		}
+		last = strings.Join(states, "; ")
+		return len(ready) == n && len(pods) == n, nil
+	})
+	if err != nil {
+		r.t.Fatalf("waiting for %d Ready pods: %v; pods: %s", n, err, last)
 	}
+	return ready
 }
 
 func podSummary(p *corev1.Pod) string {
@@ -326,20 +327,6 @@ func (r *release) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	return l, err
 }
 
-func holderOf(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
-func transitionsOf(l *coordinationv1.Lease) int64 {
-	if l == nil || l.Spec.LeaseTransitions == nil {
-		return 0
-	}
-	return int64(*l.Spec.LeaseTransitions)
-}
-
 // storeToken reads the demo store ConfigMap: the highest accepted token and the value (0, "" if absent).
 func (r *release) storeToken(ctx context.Context) (int64, string, error) {
 	cm, err := suite.cs.CoreV1().ConfigMaps(r.ns).Get(ctx, demoStoreName, metav1.GetOptions{})
@@ -361,22 +348,22 @@ func (r *release) storeToken(ctx context.Context) (int64, string, error) {
 // waitStoreToken waits until the demo store's highest token is at least min.
 func (r *release) waitStoreToken(min int64, timeout time.Duration) (int64, string) {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	var tok int64
 	var val string
-	var err error
-	for {
-		tok, val, err = r.storeToken(ctx)
-		if err == nil && tok >= min {
-			return tok, val
+	err := framework.Eventually(context.Background(), 250*time.Millisecond, timeout, fmt.Sprintf("the demo store's token to reach %d", min), func(ctx context.Context) error {
+		var err error
+		if tok, val, err = r.storeToken(ctx); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			r.t.Fatalf("timed out after %v waiting for the demo store's token to reach %d: token %d value %q err %v", timeout, min, tok, val, err)
-		case <-time.After(250 * time.Millisecond):
+		if tok < min {
+			return fmt.Errorf("token %d value %q", tok, val)
 		}
+		return nil
+	})
+	if err != nil {
+		r.t.Fatal(err)
 	}
+	return tok, val
 }
 
 // logs returns a container's log (with runtime timestamps), "" on error.
@@ -435,22 +422,8 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "")
 }
 
-// poll calls f every interval until it returns true, an error, or timeout.
+// poll is framework.Poll without a parent context, kept for localapi_test.go's
+// stableLeader; new code calls framework.Poll.
 func poll(interval, timeout time.Duration, f func(ctx context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for {
-		ok, err := f(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("timed out after %v", timeout)
-		case <-time.After(interval):
-		}
-	}
+	return framework.Poll(context.Background(), interval, timeout, f)
 }

@@ -51,6 +51,26 @@ func RepoRoot() (string, error) {
 	return rootDir, rootErr
 }
 
+// CacheDir is the project's cache of built binaries, wrapper modules and the
+// local cluster, never in the repository: $ELECTOR_CACHE_DIR, else
+// $XDG_CACHE_HOME/elector-sidecar, else ~/.cache/elector-sidecar. It is the
+// Go twin of ELECTOR_CACHE in hack/lib.sh; keep the two rules the same.
+func CacheDir() string {
+	if dir := os.Getenv("ELECTOR_CACHE_DIR"); dir != "" {
+		return dir
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "elector-sidecar")
+}
+
+// CacheBinDir is where hack/build-binaries.sh puts the binaries it builds
+// (etcd, kube-apiserver, kubectl, helm; with --cluster also the node's).
+func CacheBinDir() string { return filepath.Join(CacheDir(), "bin") }
+
 // AssetsDir returns the directory that holds etcd, kube-apiserver and kubectl:
 // $KUBEBUILDER_ASSETS if set, else the output of `hack/build-binaries.sh
 // --print-dir`. It fails (never silently skips) if a binary is missing, with

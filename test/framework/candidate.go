@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Timings are the election timings passed to a candidate.
@@ -182,27 +184,22 @@ func startCandidateOnce(ctx context.Context, spec CandidateSpec) (*Candidate, er
 }
 
 func (c *Candidate) waitHealthy(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	var code int
+	var err error
+	perr := Poll(ctx, PollInterval, timeout, func(ctx context.Context) (bool, error) {
 		if c.Exited() {
 			code, _ := c.ExitCode()
-			return fmt.Errorf("%s exited with code %d before serving /healthz; log:\n%s", c.Instance, code, c.LogTail(20))
+			return false, fmt.Errorf("%s exited with code %d before serving /healthz; log:\n%s", c.Instance, code, c.LogTail(20))
 		}
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		code, err := c.API.Status(rctx, "/healthz")
+		code, err = c.API.Status(rctx, "/healthz")
 		cancel()
-		if err == nil && code == http.StatusOK {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: /healthz not OK after %v (last: %d %v); log:\n%s", c.Instance, timeout, code, err, c.LogTail(20))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		return err == nil && code == http.StatusOK, nil
+	})
+	if perr != nil && wait.Interrupted(perr) {
+		return fmt.Errorf("%s: /healthz not OK: %w (last: %d %v); log:\n%s", c.Instance, perr, code, err, c.LogTail(20))
 	}
+	return perr
 }
 
 // Identity returns the candidate's --identity.

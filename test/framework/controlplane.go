@@ -207,14 +207,10 @@ func (cp *ControlPlane) stopAPIServer(sig syscall.Signal, grace time.Duration) e
 			return fmt.Errorf("stop kube-apiserver: pid %d still running after SIGKILL", pid)
 		}
 	}
-	// Let envtest notice the exit and clean its state up.
-	var stopErr error
-	for i := 0; i < 50; i++ {
-		if stopErr = cp.Env.ControlPlane.APIServer.Stop(); stopErr == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Let envtest notice the exit and clean its state up (best effort, as before: up to a second).
+	_ = Poll(context.Background(), 20*time.Millisecond, time.Second, func(context.Context) (bool, error) {
+		return cp.Env.ControlPlane.APIServer.Stop() == nil, nil
+	})
 	cp.stoppedAt = time.Now()
 	return nil
 }
@@ -246,21 +242,15 @@ func (cp *ControlPlane) apiserverPid() (int, error) {
 
 // waitGone waits up to timeout for pid to be gone (reaped, or a zombie).
 func waitGone(pid int, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
+	return Poll(context.Background(), 10*time.Millisecond, timeout, func(context.Context) (bool, error) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return true
+			return true, nil
 		}
 		// field 3 is the state; Z = zombie (exited, not yet reaped)
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && len(b) > i+2 && b[i+2] == 'Z' {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		i := strings.LastIndexByte(string(b), ')')
+		return i >= 0 && len(b) > i+2 && b[i+2] == 'Z', nil
+	}) == nil
 }
 
 // StoppedAt returns when the apiserver was last seen to have exited.
@@ -343,8 +333,11 @@ func (cp *ControlPlane) GetLease(ctx context.Context, namespace, name string) (*
 }
 
 // LeaseHolder returns the Lease's holderIdentity and leaseTransitions ("" and
-// 0 where unset).
+// 0 where unset, or if l is nil).
 func LeaseHolder(l *coordinationv1.Lease) (holder string, transitions int64) {
+	if l == nil {
+		return "", 0
+	}
 	if l.Spec.HolderIdentity != nil {
 		holder = *l.Spec.HolderIdentity
 	}
@@ -352,4 +345,16 @@ func LeaseHolder(l *coordinationv1.Lease) (holder string, transitions int64) {
 		transitions = int64(*l.Spec.LeaseTransitions)
 	}
 	return holder, transitions
+}
+
+// HolderOf returns the Lease's spec.holderIdentity ("" if unset or l is nil).
+func HolderOf(l *coordinationv1.Lease) string {
+	h, _ := LeaseHolder(l)
+	return h
+}
+
+// TransitionsOf returns the Lease's spec.leaseTransitions (0 if unset or l is nil).
+func TransitionsOf(l *coordinationv1.Lease) int64 {
+	_, t := LeaseHolder(l)
+	return t
 }

@@ -27,6 +27,12 @@
 //     monotonic clock; Terms groups the valid answers per process and token,
 //     CheckNoOverlap fails if two processes' [first sent, last received]
 //     windows intersect, CheckTokenOrder if a later term's token is not greater.
+//   - Poll, Eventually, Consistently: every wait of the test modules (and of
+//     the framework), on k8s.io/apimachinery's wait.PollUntilContextTimeout;
+//     tests wait on conditions, never on sleeps.
+//   - CacheDir, CacheBinDir: hack/lib.sh's cache rule (ELECTOR_CACHE_DIR, else
+//     $XDG_CACHE_HOME or ~/.cache, /elector-sidecar) for Go code.
+//   - LeaseHolder, HolderOf, TransitionsOf, SyncBuffer: small shared helpers.
 //   - pkg/fencing/httpstore (not here): the fenced HTTP store the tests write to.
 //
 // Typical use:

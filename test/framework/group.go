@@ -100,8 +100,9 @@ func (g *Group) WaitForLeader(ctx context.Context, timeout time.Duration, exclud
 	for _, c := range exclude {
 		ex[c] = true
 	}
-	deadline := time.Now().Add(timeout)
-	for {
+	var leader *Candidate
+	var res TokenResult
+	err := Poll(ctx, 25*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
 		for _, c := range g.Running() {
 			if ex[c] {
 				continue
@@ -110,18 +111,16 @@ func (g *Group) WaitForLeader(ctx context.Context, timeout time.Duration, exclud
 			r := c.Token(rctx)
 			cancel()
 			if r.Valid() {
-				return c, r, nil
+				leader, res = c, r
+				return true, nil
 			}
 		}
-		if time.Now().After(deadline) {
-			return nil, TokenResult{}, fmt.Errorf("no leader (excluding %v) within %v:\n%s", exclude, timeout, g.Describe(ctx))
-		}
-		select {
-		case <-ctx.Done():
-			return nil, TokenResult{}, ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, TokenResult{}, fmt.Errorf("no leader (excluding %v): %w:\n%s", exclude, err, g.Describe(context.WithoutCancel(ctx)))
 	}
+	return leader, res, nil
 }
 
 // Leaders returns the running candidates whose /token returns a token right now.

@@ -32,3 +32,23 @@ func (w *LineWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a child process's
+// (or goroutine's) output written while a test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -2,16 +2,17 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
-// Issue 3 #5: the apiserver stopped for longer than renewDeadline: the
+// The apiserver stopped for longer than renewDeadline: the
 // leader stops serving /token before leaseDuration has passed since its last
 // successful renew; after the restart, exactly one leader again, token greater.
 func TestAPIServerOutage(t *testing.T) {
@@ -23,7 +24,7 @@ func TestAPIServerOutage(t *testing.T) {
 	})
 	g.start("pod-a", "pod-b", "pod-c")
 	leader, tok := g.waitLeader(startupTimeout)
-	time.Sleep(testTimings.RetryPeriod)
+	g.waitAllSee(leader, tok.Token)
 	before, err := env.cp.GetLease(g.ctx, g.namespace, g.lease)
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +39,7 @@ func TestAPIServerOutage(t *testing.T) {
 	down := time.Now()
 	deadline := down.Add(testTimings.LeaseDuration)
 	outage := testTimings.LeaseDuration + 3*time.Second
-	time.Sleep(outage)
+	time.Sleep(outage) // the scenario: the apiserver stays down this long (the sampler keeps asking /token meanwhile)
 	restartBegin := time.Now()
 	if err := env.cp.StartAPIServer(); err != nil {
 		t.Fatal(err)
@@ -93,12 +94,7 @@ func TestAPIServerOutage(t *testing.T) {
 	if ntok.Token <= tok.Token {
 		t.Fatalf("token after the outage %d is not greater than %d", ntok.Token, tok.Token)
 	}
-	eventually(t, 10*time.Second, "exactly one leader after the outage", func() error {
-		if err := g.exactlyOneLeader(); err != nil {
-			return fmt.Errorf("%w", err)
-		}
-		return nil
-	})
+	g.waitFor(10*time.Second, "exactly one leader after the outage", g.exactlyOneLeader)
 	holder, transitions := g.leaseState()
 	if holder != next.Identity() || transitions != ntok.Token {
 		t.Fatalf("Lease holder %q transitions %d, want %s %d", holder, transitions, next.Identity(), ntok.Token)
@@ -120,7 +116,7 @@ func lastRenewOf(t *testing.T, g *electionGroup, before *coordinationv1.Lease, h
 	}
 	defer w.Stop()
 	var last time.Time
-	if h, tr := leaseHolderOf(before); h == holder && tr == token && before.Spec.RenewTime != nil {
+	if h, tr := framework.LeaseHolder(before); h == holder && tr == token && before.Spec.RenewTime != nil {
 		last = before.Spec.RenewTime.Time
 	}
 	for {
@@ -133,7 +129,7 @@ func lastRenewOf(t *testing.T, g *electionGroup, before *coordinationv1.Lease, h
 			if !isLease || (ev.Type != watch.Added && ev.Type != watch.Modified) {
 				continue
 			}
-			h, tr := leaseHolderOf(l)
+			h, tr := framework.LeaseHolder(l)
 			if h == holder && tr == token && l.Spec.RenewTime != nil {
 				last = l.Spec.RenewTime.Time
 				continue
@@ -153,16 +149,4 @@ func checkLast(t *testing.T, last time.Time) time.Time {
 		t.Fatal("the Lease's history shows no renewal by the leader")
 	}
 	return last
-}
-
-func leaseHolderOf(l *coordinationv1.Lease) (string, int64) {
-	var h string
-	var tr int64
-	if l.Spec.HolderIdentity != nil {
-		h = *l.Spec.HolderIdentity
-	}
-	if l.Spec.LeaseTransitions != nil {
-		tr = int64(*l.Spec.LeaseTransitions)
-	}
-	return h, tr
 }

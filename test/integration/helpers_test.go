@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -115,37 +116,92 @@ func (g *electionGroup) leaseState() (string, int64) {
 	return framework.LeaseHolder(l)
 }
 
-// eventually polls cond every 50ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+// waitFor waits (framework.Eventually) until cond returns nil and fails the
+// test with cond's last error and the group's state if it does not within timeout.
+func (g *electionGroup) waitFor(timeout time.Duration, what string, cond func(ctx context.Context) error) {
+	g.t.Helper()
+	if err := framework.Eventually(g.ctx, framework.PollInterval, timeout, what, cond); err != nil {
+		g.t.Fatalf("%v\n%s", err, g.Describe(g.ctx))
 	}
 }
 
 // firstTakeover returns the first valid /token sample sent at or after t by
-// any process other than old (waiting briefly: the sampler may lag behind the
+// any process other than old (waiting for it: the sampler may lag behind the
 // call that found the new leader).
 func (g *electionGroup) firstTakeover(t time.Time, old *framework.Candidate) framework.Sample {
 	g.t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		if s, ok := g.Sampler.FirstValidAfter(t, old.Instance); ok {
-			return s
+	var s framework.Sample
+	g.waitFor(3*time.Second, "the sampler to see a token from a process other than "+old.Instance+" after "+g.Sampler.Rel(t), func(context.Context) error {
+		var ok bool
+		if s, ok = g.Sampler.FirstValidAfter(t, old.Instance); !ok {
+			return errors.New("none yet")
 		}
-		if time.Now().After(deadline) {
-			g.t.Fatalf("the sampler saw no token from any process but %s after %s", old.Instance, g.Sampler.Rel(t))
+		return nil
+	})
+	return s
+}
+
+// allSee checks that every running candidate has observed leader's term:
+// its /leader names leader as holder (isLeader only on leader itself) and,
+// for elector-sidecars, shows token as the Lease's leaseTransitions. (The
+// client-go candidate's /leader reads leaseTransitions fresh from the
+// apiserver, so only its holder says what it observed.)
+func (g *electionGroup) allSee(ctx context.Context, leader *framework.Candidate, token int64) error {
+	for _, c := range g.Running() {
+		st, err := c.Leader(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.Instance, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		if st.Holder != leader.Identity() || st.IsLeader != (c == leader) {
+			return fmt.Errorf("%s: /leader holder=%q isLeader=%v, want holder %s", c.Instance, st.Holder, st.IsLeader, leader.Identity())
+		}
+		if c.Spec.Kind == framework.KindSidecar && st.LeaseTransitions != token {
+			return fmt.Errorf("%s: /leader leaseTransitions=%d, want %d", c.Instance, st.LeaseTransitions, token)
+		}
 	}
+	return nil
+}
+
+// waitAllSee waits until every running candidate has observed leader's term
+// with token (allSee): followers whose expiry timers and highest-seen token
+// now reflect it.
+func (g *electionGroup) waitAllSee(leader *framework.Candidate, token int64) {
+	g.t.Helper()
+	g.waitFor(10*time.Second, fmt.Sprintf("every candidate's /leader to name %s with leaseTransitions %d", leader.Instance, token),
+		func(ctx context.Context) error { return g.allSee(ctx, leader, token) })
+}
+
+// waitRenewed waits until the Lease shows leader's term with token and at
+// least one renewal after the acquisition (renewTime after acquireTime).
+func (g *electionGroup) waitRenewed(leader *framework.Candidate, token int64) {
+	g.t.Helper()
+	g.waitFor(10*time.Second, fmt.Sprintf("a renewal of the Lease by %s with leaseTransitions %d", leader.Instance, token), func(ctx context.Context) error {
+		l, err := env.cp.GetLease(ctx, g.namespace, g.lease)
+		if err != nil {
+			return err
+		}
+		holder, transitions := framework.LeaseHolder(l)
+		if holder != leader.Identity() || transitions != token || l.Spec.RenewTime == nil || l.Spec.AcquireTime == nil ||
+			!l.Spec.RenewTime.After(l.Spec.AcquireTime.Time) {
+			return fmt.Errorf("Lease spec %+v", l.Spec)
+		}
+		return nil
+	})
+}
+
+// waitSampledSince waits until the sampler has a /token answer of every
+// running candidate sent at or after since.
+func (g *electionGroup) waitSampledSince(since time.Time) {
+	g.t.Helper()
+	g.waitFor(10*time.Second, "a /token sample of every running candidate after "+g.Sampler.Rel(since), func(context.Context) error {
+		for _, c := range g.Running() {
+			ss := g.Sampler.SamplesOf(c.Instance)
+			if len(ss) == 0 || ss[len(ss)-1].Sent.Before(since) {
+				return fmt.Errorf("no sample of %s yet", c.Instance)
+			}
+		}
+		return nil
+	})
 }
 
 // maxToken returns the highest token any process served so far.
@@ -161,19 +217,19 @@ func (g *electionGroup) maxToken() int64 {
 
 // exactlyOneLeader checks that exactly one running candidate serves a token
 // and all others name it as holder in /leader.
-func (g *electionGroup) exactlyOneLeader() error {
-	leaders := g.Leaders(g.ctx)
+func (g *electionGroup) exactlyOneLeader(ctx context.Context) error {
+	leaders := g.Leaders(ctx)
 	if len(leaders) != 1 {
-		return fmt.Errorf("%d candidates serve a token: %v\n%s", len(leaders), leaders, g.Describe(g.ctx))
+		return fmt.Errorf("%d candidates serve a token: %v", len(leaders), leaders)
 	}
 	leader := leaders[0]
 	for _, c := range g.Running() {
-		st, err := c.Leader(g.ctx)
+		st, err := c.Leader(ctx)
 		if err != nil {
 			return err
 		}
 		if c == leader != st.IsLeader || st.Holder != leader.Identity() {
-			return fmt.Errorf("%s: /leader isLeader=%v holder=%q, leader is %s\n%s", c.Instance, st.IsLeader, st.Holder, leader.Instance, g.Describe(g.ctx))
+			return fmt.Errorf("%s: /leader isLeader=%v holder=%q, leader is %s", c.Instance, st.IsLeader, st.Holder, leader.Instance)
 		}
 	}
 	return nil

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,14 +12,14 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
-// Issue 3 #6: the Lease deleted, then hand-edited (holderIdentity changed,
+// The Lease deleted, then hand-edited (holderIdentity changed,
 // leaseTransitions lowered): tokens issued afterwards are still greater than
 // every earlier token.
 func TestLeaseDeletedAndHandEdited(t *testing.T) {
 	g := newGroup(t, testTimings)
 	g.start("pod-a", "pod-b", "pod-c")
-	g.waitLeader(startupTimeout)
-	time.Sleep(testTimings.RetryPeriod)
+	first, firstTok := g.waitLeader(startupTimeout)
+	g.waitAllSee(first, firstTok.Token)
 
 	// waitHigher waits for any process to serve a token above every token
 	// served so far and returns it.
@@ -26,14 +28,14 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 		floor := g.maxToken()
 		var leader *framework.Candidate
 		var tok int64
-		eventually(t, testTimings.LeaseDuration+failoverSlack, what+": a token above "+fmt.Sprint(floor), func() error {
+		g.waitFor(testTimings.LeaseDuration+failoverSlack, what+": a token above "+fmt.Sprint(floor), func(ctx context.Context) error {
 			for _, c := range g.Running() {
-				if r := c.Token(g.ctx); r.Valid() && r.Token > floor {
+				if r := c.Token(ctx); r.Valid() && r.Token > floor {
 					leader, tok = c, r.Token
 					return nil
 				}
 			}
-			return fmt.Errorf("none yet:\n%s", g.Describe(g.ctx))
+			return errors.New("none yet")
 		})
 		t.Logf("%s: %s serves token %d (highest before: %d) %v later", what, leader.Instance, tok, floor, time.Since(since).Round(time.Millisecond))
 		return leader, tok
@@ -44,8 +46,7 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 	if err := env.cp.Client.CoordinationV1().Leases(g.namespace).Delete(g.ctx, g.lease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitHigher("after delete", deletedAt)
-	time.Sleep(testTimings.RetryPeriod)
+	g.waitAllSee(waitHigher("after delete", deletedAt))
 
 	// 2. Hand-edit: an unknown holder and leaseTransitions lowered to 0.
 	editedAt := time.Now()
@@ -53,11 +54,11 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 		*holder = "hand-edited"
 		*transitions = 0
 	})
-	leader, _ := waitHigher("after holder=hand-edited, leaseTransitions=0", editedAt)
+	leader, tok := waitHigher("after holder=hand-edited, leaseTransitions=0", editedAt)
 	if holder, _ := g.leaseState(); holder != leader.Identity() {
 		t.Fatalf("Lease holder %q, leader %s", holder, leader.Identity())
 	}
-	time.Sleep(testTimings.RetryPeriod)
+	g.waitAllSee(leader, tok)
 
 	// 3. Hand-edit: a follower named as holder, leaseTransitions lowered to 1.
 	// The follower never acquired it, so it must not serve leaseTransitions 1
@@ -76,29 +77,29 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 		*transitions = 1
 	})
 	waitHigher("after holder="+follower.Identity()+", leaseTransitions=1", editedAt)
-	eventually(t, 5*time.Second, "exactly one leader", g.exactlyOneLeader)
+	g.waitFor(5*time.Second, "exactly one leader", g.exactlyOneLeader)
 	if _, transitions := g.leaseState(); transitions <= 1 {
 		t.Fatalf("Lease leaseTransitions %d after the edits", transitions)
 	}
 }
 
-// Issue 3 #6, found by the chaos soak: the leader crashes, the Lease is
-// deleted, and a candidate that never saw it starts right then. The contract
+// Found by the chaos soak: the leader crashes, the Lease is deleted, and a candidate that never saw it starts right then. The contract
 // says the token never goes backwards while any candidate that saw the Lease
 // keeps running; here two do, so whoever leads next must still have a token
 // above every earlier one (the newcomer must not recreate the Lease from 1).
 func TestLeaseDeletedThenNewCandidate(t *testing.T) {
 	g := newGroup(t, testTimings)
 	g.start("pod-a", "pod-b", "pod-c")
-	leader, _ := g.waitLeader(startupTimeout)
+	leader, tok := g.waitLeader(startupTimeout)
 	// Two handoffs, so the token is well above 1.
 	for i := 0; i < 2; i++ {
 		_ = leader.Terminate()
 		_, _ = leader.Wait(5 * time.Second)
 		g.start(leader.Identity())
-		leader, _ = g.waitLeader(testTimings.LeaseDuration+failoverSlack, leader)
+		leader, tok = g.waitLeader(testTimings.LeaseDuration+failoverSlack, leader)
 	}
-	time.Sleep(testTimings.RetryPeriod)
+	// The two survivors have seen the latest Lease: they remember its token.
+	g.waitAllSee(leader, tok.Token)
 	floor := g.maxToken()
 
 	_ = leader.Kill()
@@ -108,10 +109,13 @@ func TestLeaseDeletedThenNewCandidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	newcomer := g.start("newcomer")[0]
-	next, tok := g.waitLeader(testTimings.LeaseDuration+failoverSlack, leader)
+	next, ntok := g.waitLeader(testTimings.LeaseDuration+failoverSlack, leader)
 	t.Logf("leader %s killed, Lease deleted (highest token served before: %d), %s started; %s leads with token %d after %v",
-		leader.Instance, floor, newcomer.Instance, next.Instance, tok.Token, time.Since(deletedAt).Round(time.Millisecond))
-	time.Sleep(testTimings.LeaseDuration) // let every process that might serve a token be sampled
+		leader.Instance, floor, newcomer.Instance, next.Instance, ntok.Token, time.Since(deletedAt).Round(time.Millisecond))
+	// Every process that might have served a token has settled on the new
+	// term, and the sampler has asked each of them since.
+	g.waitAllSee(next, ntok.Token)
+	g.waitSampledSince(time.Now())
 	for _, s := range g.Sampler.Samples() {
 		if s.Valid() && !s.Sent.Before(deletedAt) && s.Token <= floor {
 			t.Fatalf("%s served token %d after the Lease was deleted, not above the %d served before (two candidates that saw the Lease were running)",

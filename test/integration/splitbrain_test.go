@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,7 +12,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 )
 
-// Issue 3 #4, the seed's split brain on Kubernetes: SIGSTOP the leader past
+// Split brain on Kubernetes, fenced: SIGSTOP the leader past
 // leaseDuration, another takes over and writes through the fence; SIGCONT the
 // old leader. Its /token must not return a token, its write with the token it
 // held before the pause is rejected by the fence, and the resource keeps the
@@ -31,7 +32,7 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 	if err := oldWriter.Write(g.ctx, oldTok.Token, []byte("written by "+old.Instance)); err != nil {
 		t.Fatalf("the leader's write with its token %d: %v", oldTok.Token, err)
 	}
-	time.Sleep(testTimings.RetryPeriod)
+	g.waitAllSee(old, oldTok.Token)
 
 	pausedAt := time.Now()
 	if err := old.Pause(); err != nil {
@@ -55,7 +56,8 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 	}
 
 	// Wake the old leader; it is still a process that believes nothing
-	// happened. Ask it for a token at once and for a while after.
+	// happened. Ask it for a token at once and until it has caught up: a
+	// follower whose /leader names the new leader.
 	if err := old.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,19 +65,29 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 	resumedAt := time.Now()
 	pause := resumedAt.Sub(pausedAt)
 	var served []string
-	for time.Since(resumedAt) < 2*time.Second {
-		r := old.Token(g.ctx)
+	asked := 0
+	g.waitFor(5*time.Second, "the resumed process to follow the new leader", func(ctx context.Context) error {
+		r := old.Token(ctx)
+		asked++
 		if r.Valid() {
 			served = append(served, fmt.Sprintf("%s at +%v", r, r.Sent.Sub(resumedAt).Round(time.Millisecond)))
 		} else if r.Err == nil && r.Status != http.StatusConflict && r.Status != http.StatusServiceUnavailable {
 			t.Errorf("resumed leader /token: %s, want 409 or 503", r)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		st, err := old.Leader(ctx)
+		if err != nil {
+			return err
+		}
+		if st.IsLeader || st.Holder != next.Identity() {
+			return fmt.Errorf("/leader isLeader=%v holder=%q", st.IsLeader, st.Holder)
+		}
+		return nil
+	})
 	if len(served) > 0 {
 		t.Fatalf("the resumed leader (paused %v) served tokens: %v", pause.Round(time.Millisecond), served)
 	}
-	t.Logf("resumed %s after a %v pause: no token served", old.Instance, pause.Round(time.Millisecond))
+	t.Logf("resumed %s after a %v pause: no token served in %d calls until it followed %s (%v)", old.Instance, pause.Round(time.Millisecond),
+		asked, next.Instance, time.Since(resumedAt).Round(time.Millisecond))
 
 	// The write it had in hand before the pause arrives now: the fence rejects it.
 	err = oldWriter.Write(g.ctx, oldTok.Token, []byte("late write by "+old.Instance))
@@ -92,16 +104,5 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 		t.Fatalf("store holds %d %q (%v), want %d %q", highest, value, err, newTok.Token, newValue)
 	}
 
-	// The old process rejoins as a follower that names the new leader.
-	eventually(t, 5*time.Second, "resumed process follows the new leader", func() error {
-		st, err := old.Leader(g.ctx)
-		if err != nil {
-			return err
-		}
-		if st.IsLeader || st.Holder != next.Identity() {
-			return fmt.Errorf("/leader isLeader=%v holder=%q", st.IsLeader, st.Holder)
-		}
-		return nil
-	})
-	eventually(t, 5*time.Second, "exactly one leader", g.exactlyOneLeader)
+	g.waitFor(5*time.Second, "exactly one leader", g.exactlyOneLeader)
 }

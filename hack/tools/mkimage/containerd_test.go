@@ -11,7 +11,9 @@ import (
 	"time"
 )
 
-// cacheBin is where hack/build-binaries.sh --cluster puts containerd, ctr and runc.
+// cacheBin is where hack/build-binaries.sh --cluster puts containerd, ctr and runc. hack/tools is its
+// own module without a dependency on the root module, so this repeats test/framework.CacheBinDir's
+// rule (and hack/lib.sh's ELECTOR_CACHE); keep the three the same.
 func cacheBin() string {
 	dir := os.Getenv("ELECTOR_CACHE_DIR")
 	if dir == "" {

@@ -266,11 +266,6 @@ func TestProjectImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []string{"elector-sidecar", "elector-demo"} {
-		if m, _ := filepath.Glob(filepath.Join(root, "cmd", c, "*.go")); len(m) == 0 {
-			t.Skipf("cmd/%s does not exist yet", c)
-		}
-	}
 	out := filepath.Join(t.TempDir(), "image.tar")
 	cmd := exec.Command("bash", filepath.Join(root, "hack", "image.sh"))
 	cmd.Env = append(os.Environ(), "VERSION=v9.9.9-test", "REVISION=0123abc", "OUT="+out)
