@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -212,8 +213,14 @@ func runLoad(ctx context.Context, target, addr, path string, conns int, rate flo
 	return res, nil
 }
 
-// bareBody is about the size of a /token answer.
-var bareBody = []byte(`{"token":42,"lease":"bench/bench-localapi","leaseUID":"0f8fad5b-d9cb-469f-a165-70867728950e","expiresInMs":14321}` + "\n")
+// bareBody is the size and shape of a /token answer.
+var bareBody = func() []byte {
+	b, err := json.Marshal(localapi.TokenResponse{Token: 42, Lease: "bench/bench-localapi", LeaseUID: "0f8fad5b-d9cb-469f-a165-70867728950e", ExpiresInMs: 14321})
+	if err != nil {
+		panic(err)
+	}
+	return append(b, '\n')
+}()
 
 // serveBare is the baseline: a bare net/http handler returning a constant,
 // in its own process, behind the same http.Server settings as the sidecar.

@@ -21,6 +21,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/configmapstore"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
 
 // Exit codes.
@@ -224,12 +225,11 @@ func newStore(spec, writer string) (fencedWriter, error) {
 	return fencing.New(configmapstore.New(cs.CoreV1(), a, b)), nil
 }
 
-// tokenReply is the sidecar's /token body.
+// tokenReply is the sidecar's /token body, whatever the status: the
+// TokenResponse fields on 200, Error and Holder on 409 (Error on 503).
 type tokenReply struct {
-	Token       int64  `json:"token"`
-	ExpiresInMs int64  `json:"expiresInMs"`
-	Error       string `json:"error"`
-	Holder      string `json:"holder"`
+	localapi.TokenResponse
+	localapi.NotLeaderResponse
 }
 
 // writer is the loop's state.

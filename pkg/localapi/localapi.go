@@ -8,14 +8,11 @@ package localapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"hash/fnv"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
@@ -66,7 +63,7 @@ func MetricsOnly(metrics http.Handler) http.Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok := h.routes[r.URL.Path]
 	if !ok {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path, nil)
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 		return
 	}
 	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
@@ -75,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			allow += ", " + http.MethodHead
 		}
 		w.Header().Set("Allow", allow)
-		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; use "+rt.method, nil)
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; use "+rt.method)
 		return
 	}
 	rt.handler(w, r)
@@ -96,7 +93,7 @@ func NewServer(addr string, h http.Handler) *http.Server {
 
 func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {
 	s := h.el.Status()
-	etag := leaderETag(s)
+	etag := leaderETag(&s)
 	hdr := w.Header()
 	hdr.Set("ETag", etag)
 	hdr.Set("Cache-Control", "no-store")
@@ -104,27 +101,8 @@ func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	b := make([]byte, 0, 256)
-	b = append(b, `{"isLeader":`...)
-	b = strconv.AppendBool(b, s.IsLeader)
-	b = append(b, `,"holder":`...)
-	b = appendString(b, s.Holder)
-	b = append(b, `,"identity":`...)
-	b = appendString(b, s.Identity)
-	b = append(b, `,"lease":`...)
-	b = appendString(b, s.Lease)
-	b = append(b, `,"leaseTransitions":`...)
-	b = strconv.AppendInt(b, s.LeaseTransitions, 10)
-	b = append(b, `,"ready":`...)
-	b = strconv.AppendBool(b, s.Ready)
-	if s.IsLeader {
-		b = append(b, `,"token":`...)
-		b = strconv.AppendInt(b, s.Token, 10)
-		b = append(b, `,"expiresInMs":`...)
-		b = strconv.AppendInt(b, s.ExpiresIn.Milliseconds(), 10)
-	}
-	b = append(b, "}\n"...)
-	writeJSON(w, http.StatusOK, b)
+	resp := newLeaderResponse(&s)
+	writeJSON(w, http.StatusOK, append(resp.appendJSON(make([]byte, 0, 256)), '\n'))
 }
 
 func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
@@ -133,17 +111,18 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.IsLeader:
 	case !s.Ready:
-		writeError(w, http.StatusServiceUnavailable, "the lease has not been observed yet (is the API server reachable?)", nil)
+		writeError(w, http.StatusServiceUnavailable, "the lease has not been observed yet (is the API server reachable?)")
 		return
 	case s.HoldsLease:
-		writeError(w, http.StatusServiceUnavailable, "this pod holds the lease but cannot prove its term is still safe", nil)
+		writeError(w, http.StatusServiceUnavailable, "this pod holds the lease but cannot prove its term is still safe")
 		return
 	default:
 		msg := "not the leader"
 		if s.Holder == "" {
 			msg = "not the leader: nobody holds the lease"
 		}
-		writeError(w, http.StatusConflict, msg, &s.Holder)
+		resp := NotLeaderResponse{Error: msg, Holder: s.Holder}
+		writeJSON(w, http.StatusConflict, append(resp.appendJSON(make([]byte, 0, 128)), '\n'))
 		return
 	}
 	if wantsText(r.Header.Get("Accept")) {
@@ -152,17 +131,8 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(strconv.AppendInt(make([]byte, 0, 24), s.Token, 10))
 		return
 	}
-	b := make([]byte, 0, 160)
-	b = append(b, `{"token":`...)
-	b = strconv.AppendInt(b, s.Token, 10)
-	b = append(b, `,"lease":`...)
-	b = appendString(b, s.Lease)
-	b = append(b, `,"leaseUID":`...)
-	b = appendString(b, s.LeaseUID)
-	b = append(b, `,"expiresInMs":`...)
-	b = strconv.AppendInt(b, s.ExpiresIn.Milliseconds(), 10)
-	b = append(b, "}\n"...)
-	writeJSON(w, http.StatusOK, b)
+	resp := newTokenResponse(&s)
+	writeJSON(w, http.StatusOK, append(resp.appendJSON(make([]byte, 0, 160)), '\n'))
 }
 
 func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
@@ -173,54 +143,113 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		w.WriteHeader(http.StatusNoContent)
 	case errors.Is(err, election.ErrNotRunning):
-		writeError(w, http.StatusServiceUnavailable, err.Error(), nil)
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, election.ErrReleaseNotProcessed):
+		// The loop never took the request: nothing changed; a leader still
+		// leads with the same token.
+		writeError(w, http.StatusServiceUnavailable, err.Error()+": the election loop did not take the request in time; nothing changed, the token is unchanged")
+	case errors.Is(err, election.ErrReleaseUnconfirmed):
+		// The loop took it (a leader's token has stopped) but the Lease write
+		// did not finish in time; it may still succeed or fail.
+		writeError(w, http.StatusGatewayTimeout, err.Error()+": the election loop took the request (a leader's token has stopped), but writing the lease free did not finish in time; followers take over at the latest when the lease expires")
 	default:
 		// The token stopped before the write; the Lease expires by itself.
-		writeError(w, http.StatusBadGateway, "stepped down, but writing the lease free failed: "+err.Error(), nil)
+		writeError(w, http.StatusBadGateway, "stepped down, but writing the lease free failed: "+err.Error())
 	}
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !h.el.Alive() {
-		writeError(w, http.StatusServiceUnavailable, "election loop is not running", nil)
+		writeError(w, http.StatusServiceUnavailable, "election loop is not running")
 		return
 	}
-	writeJSON(w, http.StatusOK, []byte("{\"status\":\"ok\"}\n"))
+	writeJSON(w, http.StatusOK, healthOK)
 }
 
 func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !h.el.Alive() {
-		writeError(w, http.StatusServiceUnavailable, "election loop is not running", nil)
+		writeError(w, http.StatusServiceUnavailable, "election loop is not running")
 		return
 	}
 	if !h.el.Status().Ready {
-		writeError(w, http.StatusServiceUnavailable, "the lease has not been observed yet", nil)
+		writeError(w, http.StatusServiceUnavailable, "the lease has not been observed yet")
 		return
 	}
-	writeJSON(w, http.StatusOK, []byte("{\"status\":\"ready\"}\n"))
+	writeJSON(w, http.StatusOK, healthReady)
 }
 
-// leaderETag changes exactly when leadership (who holds the Lease, whether
-// this pod leads) or the token changes.
-func leaderETag(s election.Status) string {
-	f := fnv.New64a()
-	_, _ = f.Write([]byte(s.Holder))
-	b := make([]byte, 0, 48)
-	b = append(b, '"')
+// The constant bodies of /healthz and /readyz.
+var (
+	healthOK    = append((&HealthResponse{Status: "ok"}).appendJSON(nil), '\n')
+	healthReady = append((&HealthResponse{Status: "ready"}).appendJSON(nil), '\n')
+)
+
+// leaderETag changes whenever the /leader body would change, except for
+// expiresInMs counting down between renewals: it covers isLeader, holder,
+// identity, lease, leaseTransitions, ready, the token, and ValidUntil (the
+// instant the token stops, which moves with every renew, when expiresInMs
+// jumps). Numbers are kept verbatim; the strings go through an inline
+// FNV-1a, so the only allocation is the returned string.
+func leaderETag(s *election.Status) string {
+	var buf [96]byte
+	b := append(buf[:0], '"')
 	if s.IsLeader {
 		b = append(b, 'L')
 	} else {
 		b = append(b, 'F')
 	}
-	b = strconv.AppendInt(b, s.Token, 10)
-	b = append(b, '-')
-	b = strconv.AppendUint(b, f.Sum64(), 36)
+	if s.Ready {
+		b = append(b, 'R')
+	} else {
+		b = append(b, 'N')
+	}
+	b = strconv.AppendInt(b, s.LeaseTransitions, 36)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, s.Token, 36)
+	b = append(b, '.')
+	var until int64
+	if !s.ValidUntil.IsZero() {
+		until = s.ValidUntil.UnixNano()
+	}
+	b = strconv.AppendInt(b, until, 36)
+	b = append(b, '.')
+	h := uint64(fnvOffset64)
+	h = fnvString(h, s.Holder)
+	h = fnvString(h, s.Identity)
+	h = fnvString(h, s.Lease)
+	b = strconv.AppendUint(b, h, 36)
 	b = append(b, '"')
 	return string(b)
 }
 
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+// fnvString hashes s into h (FNV-1a), then its length, so that field
+// boundaries count ("ab","c" differs from "a","bc").
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime64
+	}
+	for n := uint64(len(s)); ; n >>= 8 {
+		h ^= n & 0xff
+		h *= fnvPrime64
+		if n < 0x100 {
+			break
+		}
+	}
+	return h
+}
+
+// etagMatches reports whether the If-None-Match header matches etag (weak
+// comparison, as RFC 9110 asks for If-None-Match).
 func etagMatches(header, etag string) bool {
-	for _, t := range strings.Split(header, ",") {
+	for header != "" {
+		var t string
+		t, header, _ = strings.Cut(header, ",")
 		t = strings.TrimSpace(t)
 		if t == "*" || strings.TrimPrefix(t, "W/") == etag {
 			return true
@@ -253,30 +282,8 @@ func writeJSON(w http.ResponseWriter, code int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// writeError writes {"error": msg} and, when holder is set, the holder.
-func writeError(w http.ResponseWriter, code int, msg string, holder *string) {
-	b := make([]byte, 0, 128)
-	b = append(b, `{"error":`...)
-	b = appendString(b, msg)
-	if holder != nil {
-		b = append(b, `,"holder":`...)
-		b = appendString(b, *holder)
-	}
-	b = append(b, "}\n"...)
-	writeJSON(w, code, b)
-}
-
-// appendString appends s as a JSON string: plain printable ASCII is copied,
-// anything else goes through encoding/json.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+// writeError writes {"error": msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	resp := ErrorResponse{Error: msg}
+	writeJSON(w, code, append(resp.appendJSON(make([]byte, 0, 128)), '\n'))
 }

@@ -1,7 +1,6 @@
 package chart
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,6 +33,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // cluster is a real kube-apiserver + etcd (envtest, RBAC authorization on) shared by the subtests.
@@ -46,19 +48,19 @@ type cluster struct {
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	bin := cacheBin()
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			if os.Getenv("ELECTOR_REQUIRE_APISERVER") != "" {
-				t.Fatalf("%s missing in %s (run hack/build-binaries.sh)", b, bin)
-			}
-			t.Skipf("%s missing in %s: run hack/build-binaries.sh (set ELECTOR_REQUIRE_APISERVER=1 to fail instead)", b, bin)
+	// The same binaries as test/integration: $KUBEBUILDER_ASSETS (hack/test.sh exports it), else
+	// `hack/build-binaries.sh --print-dir`.
+	bin, err := framework.AssetsDir()
+	if err != nil {
+		if requireBuiltBinaries() {
+			t.Fatal(err)
 		}
+		t.Skipf("%v (ELECTOR_REQUIRE_APISERVER=1 or CI=true make this a failure)", err)
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: bin}
 	cfg, err := env.Start()
 	if err != nil {
-		t.Fatalf("starting kube-apiserver: %v", err)
+		t.Fatalf("starting kube-apiserver from %s: %v", bin, err)
 	}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
@@ -73,6 +75,13 @@ func startCluster(t *testing.T) *cluster {
 		dyn:    dynamic.NewForConfigOrDie(cfg),
 		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)),
 	}
+}
+
+// requireBuiltBinaries: binaries that hack/build-binaries.sh builds (kube-apiserver, etcd, kubectl,
+// helm) must be there; a missing one fails the test instead of skipping it. hack/test.sh's integration
+// tier sets ELECTOR_REQUIRE_APISERVER=1; CI systems set CI=true.
+func requireBuiltBinaries() bool {
+	return os.Getenv("ELECTOR_REQUIRE_APISERVER") != "" || os.Getenv("CI") == "true"
 }
 
 func (c *cluster) createNamespace(t *testing.T, name string) {
@@ -172,16 +181,16 @@ func installChart(t *testing.T, c *cluster, ns string, set []string) rendered {
 // the admission plugin asynchronously.
 func waitGuardActive(t *testing.T, c *cluster, ns, lease string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := c.kube.CoordinationV1().Leases(ns).Delete(context.Background(), lease, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease guard not active after 60s: dry-run delete of %s/%s returned %v", ns, lease, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	err := framework.Eventually(context.Background(), 200*time.Millisecond, 60*time.Second, "the lease guard to reject a dry-run delete of "+ns+"/"+lease,
+		func(ctx context.Context) error {
+			err := c.kube.CoordinationV1().Leases(ns).Delete(ctx, lease, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+				return nil
+			}
+			return fmt.Errorf("dry-run delete returned %v", err)
+		})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -228,9 +237,6 @@ func buildCmd(t *testing.T, name, envVar string) string {
 		return bin
 	}
 	root := repoRoot(t)
-	if m, _ := filepath.Glob(filepath.Join(root, "cmd", name, "*.go")); len(m) == 0 {
-		t.Skipf("cmd/%s does not exist yet", name)
-	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if bin, ok := buildBins[name]; ok {
@@ -270,21 +276,9 @@ type sidecarProc struct {
 	name string
 	addr string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *framework.SyncBuffer
 	done chan error
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // startContainer runs bin with the environment the chart gives container (the Downward API values
 // filled in as the kubelet would for pod in ns), its args, and the overrides (replacing or adding env
@@ -316,7 +310,7 @@ func startContainer(t *testing.T, bin string, container corev1.Container, pod, n
 	}
 	cmd := exec.Command(bin, container.Args...)
 	cmd.Env = env
-	p := &sidecarProc{name: pod + "/" + container.Name, addr: overrides["ELECTOR_HTTP_ADDRESS"], cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &sidecarProc{name: pod + "/" + container.Name, addr: overrides["ELECTOR_HTTP_ADDRESS"], cmd: cmd, out: &framework.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -348,17 +342,8 @@ func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns,
 	})
 }
 
-type leaderStatus struct {
-	IsLeader         bool   `json:"isLeader"`
-	Holder           string `json:"holder"`
-	Identity         string `json:"identity"`
-	Lease            string `json:"lease"`
-	LeaseTransitions int64  `json:"leaseTransitions"`
-	Token            int64  `json:"token"`
-}
-
-func (p *sidecarProc) leader() (leaderStatus, error) {
-	var s leaderStatus
+func (p *sidecarProc) leader() (localapi.LeaderResponse, error) {
+	var s localapi.LeaderResponse
 	client := http.Client{Timeout: 2 * time.Second}
 	resp, err := client.Get("http://" + p.addr + "/leader")
 	if err != nil {
@@ -371,33 +356,26 @@ func (p *sidecarProc) leader() (leaderStatus, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
-// waitFor polls cond every 100ms until it is true or timeout passes (generous: a loaded 2-core machine).
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s; last state: %s", timeout, what, last)
-}
+// waitInterval is how often the waits below check their condition (timeouts are generous: a loaded
+// 2-core machine).
+const waitInterval = 100 * time.Millisecond
 
-func (p *sidecarProc) waitLeader(t *testing.T, want bool) leaderStatus {
+func (p *sidecarProc) waitLeader(t *testing.T, want bool) localapi.LeaderResponse {
 	t.Helper()
-	var s leaderStatus
-	waitFor(t, 60*time.Second, fmt.Sprintf("%s isLeader=%v", p.name, want), func() (bool, string) {
+	var s localapi.LeaderResponse
+	err := framework.Eventually(context.Background(), waitInterval, 60*time.Second, fmt.Sprintf("%s isLeader=%v", p.name, want), func(context.Context) error {
 		var err error
-		s, err = p.leader()
-		if err != nil {
-			return false, err.Error()
+		if s, err = p.leader(); err != nil {
+			return err
 		}
-		return s.IsLeader == want && s.Holder != "", fmt.Sprintf("%+v", s)
+		if s.IsLeader != want || s.Holder == "" {
+			return fmt.Errorf("/leader %+v", s)
+		}
+		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 
@@ -449,10 +427,15 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 				argv[i] = "--http-address=" + b.addr // each test process has its own port
 			}
 		}
-		waitFor(t, 30*time.Second, fmt.Sprintf("probe %v to pass", p.Exec.Command), func() (bool, string) {
-			out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-			return err == nil, fmt.Sprintf("%v: %s", err, out)
+		err := framework.Eventually(ctx, waitInterval, 30*time.Second, fmt.Sprintf("probe %v to pass", p.Exec.Command), func(ctx context.Context) error {
+			if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The demo app, as the chart runs it next to each sidecar, writes to its fenced ConfigMap store
@@ -465,12 +448,20 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 		}
 		demoA := startContainer(t, demoBin, app, "pod-a", ns, map[string]string{"ELECTOR_DEMO_SIDECAR": "http://" + a.addr, "KUBECONFIG": kubeconfig})
 		demoB := startContainer(t, demoBin, app, "pod-b", ns, map[string]string{"ELECTOR_DEMO_SIDECAR": "http://" + b.addr, "KUBECONFIG": kubeconfig})
-		waitFor(t, 60*time.Second, "the demo next to the leader to write (result=accepted)", func() (bool, string) {
-			return strings.Contains(demoA.out.String(), "result=accepted"), demoA.out.String()
-		})
-		waitFor(t, 60*time.Second, "the demo next to the follower to skip (result=not-leader)", func() (bool, string) {
-			return strings.Contains(demoB.out.String(), "result=not-leader"), demoB.out.String()
-		})
+		for _, w := range []struct {
+			demo *sidecarProc
+			line string
+		}{{demoA, "result=accepted"}, {demoB, "result=not-leader"}} {
+			err := framework.Eventually(ctx, waitInterval, 60*time.Second, fmt.Sprintf("%s to log %s", w.demo.name, w.line), func(context.Context) error {
+				if out := w.demo.out.String(); !strings.Contains(out, w.line) {
+					return fmt.Errorf("output so far:\n%s", out)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		store := strings.TrimPrefix(envMap(&app)["ELECTOR_DEMO_STORE"], "configmap:"+ns+"/")
 		if _, err := c.kube.CoreV1().ConfigMaps(ns).Get(ctx, store, metav1.GetOptions{}); err != nil {
 			t.Errorf("demo store ConfigMap %s: %v", store, err)
@@ -488,14 +479,20 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a renewal", func() (bool, string) {
+	err = framework.Eventually(ctx, waitInterval, 30*time.Second, "a renewal by pod-a", func(ctx context.Context) error {
 		l, err := c.kube.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return l.Spec.RenewTime != nil && first.Spec.RenewTime != nil && l.Spec.RenewTime.After(first.Spec.RenewTime.Time) &&
-			ptr.Deref(l.Spec.HolderIdentity, "") == "pod-a", fmt.Sprintf("%+v", l.Spec)
+		if l.Spec.RenewTime != nil && first.Spec.RenewTime != nil && l.Spec.RenewTime.After(first.Spec.RenewTime.Time) &&
+			ptr.Deref(l.Spec.HolderIdentity, "") == "pod-a" {
+			return nil
+		}
+		return fmt.Errorf("lease spec %+v", l.Spec)
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The guard, as the cluster admin (RBAC would stop the ServiceAccount anyway).
 	testGuardRejects(t, c, ns, lease)
@@ -660,7 +657,7 @@ func testGuardNamespaceDeletion(t *testing.T, c *cluster) {
 			t.Fatalf("namespace %s after delete: %v %+v", ns, err, got)
 		}
 		// The admission plugin reads the namespace from an informer: allow it a moment to see the deletion.
-		waitFor(t, 30*time.Second, "the lease delete in the terminating namespace to be allowed", func() (bool, string) {
+		err = framework.Eventually(ctx, waitInterval, 30*time.Second, "the lease delete in the terminating namespace to be allowed", func(ctx context.Context) error {
 			var err error
 			if collection {
 				err = leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
@@ -668,10 +665,15 @@ func testGuardNamespaceDeletion(t *testing.T, c *cluster) {
 				err = leases.Delete(ctx, lease, metav1.DeleteOptions{})
 			}
 			if err != nil && !apierrors.IsNotFound(err) {
-				return false, err.Error()
+				return err
 			}
-			_, err = leases.Get(ctx, lease, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+			if _, err = leases.Get(ctx, lease, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("get: %v", err)
+			}
+			return nil
 		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

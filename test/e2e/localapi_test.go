@@ -15,27 +15,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
 
-// leaderReply is the body of GET /leader.
-type leaderReply struct {
-	IsLeader         bool   `json:"isLeader"`
-	Holder           string `json:"holder"`
-	Identity         string `json:"identity"`
-	Lease            string `json:"lease"`
-	LeaseTransitions int64  `json:"leaseTransitions"`
-	Token            int64  `json:"token"`
-	ExpiresInMs      int64  `json:"expiresInMs"`
-}
-
-// tokenReply is the body of GET /token (200, or 409/503 errors).
+// tokenReply is the body of GET /token, whatever the status: the
+// TokenResponse fields on 200, Error and Holder on 409 (Error on 503).
 type tokenReply struct {
-	Token       int64  `json:"token"`
-	Lease       string `json:"lease"`
-	LeaseUID    string `json:"leaseUID"`
-	ExpiresInMs int64  `json:"expiresInMs"`
-	Error       string `json:"error"`
-	Holder      string `json:"holder"`
+	localapi.TokenResponse
+	localapi.NotLeaderResponse
 }
 
 // answer is one read of a pod's local API.
@@ -46,8 +34,8 @@ type answer struct {
 	status     int       // HTTP status; 0 if the request did not get an answer
 	body       string
 	err        error
-	leader     leaderReply // parsed for /leader
-	token      tokenReply  // parsed for /token
+	leader     localapi.LeaderResponse // parsed for /leader
+	token      tokenReply              // parsed for /token
 }
 
 func (a answer) String() string {

@@ -10,35 +10,32 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
 
 // LeaderStatus is the body of GET /leader.
-type LeaderStatus struct {
-	IsLeader         bool   `json:"isLeader"`
-	Holder           string `json:"holder"`
-	Identity         string `json:"identity"`
-	Lease            string `json:"lease"`
-	LeaseTransitions int64  `json:"leaseTransitions"`
-	Token            int64  `json:"token,omitempty"`
-	ExpiresInMs      int64  `json:"expiresInMs,omitempty"`
-}
+type LeaderStatus = localapi.LeaderResponse
 
 // TokenResult is one GET /token call as seen by the caller: the status code
-// (0 if the request failed), the decoded body, and the caller's monotonic
+// (0 if the request failed), the decoded body (a localapi.TokenResponse on
+// 200, else a localapi.NotLeaderResponse), and the caller's monotonic
 // timestamps just before sending and just after the response arrived.
 type TokenResult struct {
-	Status      int    `json:"-"`
-	Token       int64  `json:"token"`
-	Lease       string `json:"lease"`
-	LeaseUID    string `json:"leaseUID"`
-	ExpiresInMs int64  `json:"expiresInMs"`
-	Error       string `json:"error"`
-	Holder      string `json:"holder"`
+	Status int
+	// From the localapi.TokenResponse (200).
+	Token       int64
+	Lease       string
+	LeaseUID    string
+	ExpiresInMs int64
+	// From the localapi.NotLeaderResponse (409; 503 has no Holder).
+	Error  string
+	Holder string
 
-	Sent     time.Time `json:"-"`
-	Received time.Time `json:"-"`
+	Sent     time.Time
+	Received time.Time
 	// Err is a transport or decoding error (connection refused, timeout, bad JSON).
-	Err error `json:"-"`
+	Err error
 }
 
 // Valid reports whether the call returned a token (HTTP 200 with a body).
@@ -109,7 +106,17 @@ func (c *APIClient) Token(ctx context.Context) TokenResult {
 		return r
 	}
 	if len(bytes.TrimSpace(body)) > 0 {
-		if err := json.Unmarshal(body, &r); err != nil {
+		var err error
+		if r.Status == http.StatusOK {
+			var t localapi.TokenResponse
+			err = json.Unmarshal(body, &t)
+			r.Token, r.Lease, r.LeaseUID, r.ExpiresInMs = t.Token, t.Lease, t.LeaseUID, t.ExpiresInMs
+		} else {
+			var e localapi.NotLeaderResponse
+			err = json.Unmarshal(body, &e)
+			r.Error, r.Holder = e.Error, e.Holder
+		}
+		if err != nil {
 			r.Err = fmt.Errorf("decode /token body %q (status %d): %w", body, resp.StatusCode, err)
 		}
 	}

@@ -1,0 +1,77 @@
+package localapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+)
+
+// TestReleaseErrors: each way Release can fail has its own status, and only a
+// failed Lease write says "stepped down".
+func TestReleaseErrors(t *testing.T) {
+	// Wrapped the way election.Elector.Release wraps them.
+	notProcessed := fmt.Errorf("%w: %w", election.ErrReleaseNotProcessed, context.DeadlineExceeded)
+	unconfirmed := fmt.Errorf("%w: %w", election.ErrReleaseUnconfirmed, context.DeadlineExceeded)
+	tests := []struct {
+		name     string
+		err      error
+		wantCode int
+		want     []string // substrings of the error message
+		notWant  []string
+	}{
+		{name: "released", wantCode: 204},
+		{name: "loop stopped", err: election.ErrNotRunning, wantCode: 503, want: []string{"not running"}, notWant: []string{"stepped down"}},
+		{name: "loop stopped, wrapped", err: fmt.Errorf("release: %w", election.ErrNotRunning), wantCode: 503, notWant: []string{"stepped down"}},
+		{name: "not taken by the loop", err: notProcessed, wantCode: 503,
+			want: []string{"release not processed", "context deadline exceeded", "nothing changed", "token is unchanged"}, notWant: []string{"stepped down"}},
+		{name: "taken, write not confirmed", err: unconfirmed, wantCode: 504,
+			want: []string{"not confirmed in time", "context deadline exceeded", "token has stopped"}, notWant: []string{"stepped down", "failed"}},
+		{name: "write failed", err: errors.New("conflict: the object has been modified"), wantCode: 502,
+			want: []string{"stepped down, but writing the lease free failed: conflict: the object has been modified"}},
+		{name: "write failed with a context error", err: context.DeadlineExceeded, wantCode: 502, want: []string{"stepped down"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			el := &fakeElector{status: leading, alive: true, releaseErr: tt.err}
+			rec := httptest.NewRecorder()
+			NewHandler(el, nil).ServeHTTP(rec, httptest.NewRequest("POST", "/release", nil))
+			if rec.Code != tt.wantCode {
+				t.Fatalf("code %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
+			}
+			if el.released != 1 {
+				t.Fatalf("Release called %d times", el.released)
+			}
+			if tt.wantCode == 204 {
+				if rec.Body.Len() != 0 {
+					t.Fatalf("204 with a body: %q", rec.Body)
+				}
+				return
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("Content-Type %q", ct)
+			}
+			var e ErrorResponse
+			dec := json.NewDecoder(rec.Body)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&e); err != nil || e.Error == "" {
+				t.Fatalf("body is not an ErrorResponse (%v): %+v", err, e)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(e.Error, w) {
+					t.Errorf("error %q does not contain %q", e.Error, w)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(e.Error, w) {
+					t.Errorf("error %q contains %q", e.Error, w)
+				}
+			}
+		})
+	}
+}
