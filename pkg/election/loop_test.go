@@ -134,12 +134,20 @@ func TestLeaderRenewsWithOneCompareAndSwapWritePerRetryPeriod(t *testing.T) {
 	}
 }
 
-func TestReleaseStopsTheTokenBeforeTheWriteAndHandsOverOnTheWatchEvent(t *testing.T) {
-	api := newFakeAPI(t, heldLease("", 1))
-	a := api.run("a", api.clock)
+// leaderAndFollower runs "a", which takes a free Lease (token 2), then "b",
+// once a leads, until b has seen a.
+func leaderAndFollower(t *testing.T) (api *fakeAPI, a, b *running) {
+	t.Helper()
+	api = newFakeAPI(t, heldLease("", 1))
+	a = api.run("a", api.clock)
 	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
-	b := api.run("b", api.clock)
+	b = api.run("b", api.clock)
 	eventually(t, "b sees a", func() bool { return b.Status().Holder == "a" })
+	return api, a, b
+}
+
+func TestReleaseStopsTheTokenBeforeTheWriteAndHandsOverOnTheWatchEvent(t *testing.T) {
+	api, a, b := leaderAndFollower(t)
 
 	var tokenDuringRelease, released atomic.Bool
 	api.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
@@ -169,11 +177,7 @@ func TestReleaseStopsTheTokenBeforeTheWriteAndHandsOverOnTheWatchEvent(t *testin
 }
 
 func TestLeaderLosesItsTokenBeforeAFollowerCanTakeOver(t *testing.T) {
-	api := newFakeAPI(t, heldLease("", 1))
-	a := api.run("a", api.clock)
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
-	b := api.run("b", api.clock)
-	eventually(t, "b sees a", func() bool { return b.Status().Holder == "a" })
+	api, a, b := leaderAndFollower(t)
 	api.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if holderOf(act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)) == "a" {
 			return true, nil, apierrors.NewServiceUnavailable("apiserver unreachable from a")

@@ -69,6 +69,26 @@ func (f *fakeAPI) catchUp(cands ...*stepped) {
 	}
 }
 
+// handEdit changes the stored Lease as kubectl edit would (a new
+// resourceVersion, not one of the candidates' calls).
+func (f *fakeAPI) handEdit(edit func(*coordinationv1.Lease)) {
+	f.t.Helper()
+	l := f.lease()
+	edit(l)
+	if _, err := f.client.CoordinationV1().Leases(ns).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.calls()
+}
+
+// wantLeads: c serves a valid token, and it is token.
+func wantLeads(t *testing.T, c *stepped, token int64) {
+	t.Helper()
+	if s := c.Status(); !s.IsLeader || s.Token != token {
+		t.Fatalf("%s: %+v, want leading with token %d", c.cfg.Identity, s, token)
+	}
+}
+
 func wantCalls(t *testing.T, f *fakeAPI, what string, want ...string) {
 	t.Helper()
 	if got := f.calls(); !reflect.DeepEqual(got, want) && !(len(got) == 0 && len(want) == 0) {
@@ -163,9 +183,7 @@ func TestNewcomerWaitsOneLeaseDurationBeforeCreating(t *testing.T) {
 	api.clock.Step(ld)
 	c.step()
 	wantCalls(t, api, "after a lease duration", "create")
-	if s := c.Status(); !s.IsLeader || s.Token != 1 {
-		t.Fatalf("status %+v", s)
-	}
+	wantLeads(t, c, 1)
 }
 
 func TestFailedRestoreWaitsOutTheDeletedLeasesOwnDuration(t *testing.T) {
@@ -185,9 +203,7 @@ func TestFailedRestoreWaitsOutTheDeletedLeasesOwnDuration(t *testing.T) {
 	}
 	f.step()
 	wantCalls(t, api, "after it", "create")
-	if s := f.Status(); !s.IsLeader || s.Token != 5 {
-		t.Fatalf("status %+v", s)
-	}
+	wantLeads(t, f, 5)
 }
 
 func TestExLeaderTakesBackItsRestoredLeaseAtOnce(t *testing.T) {
@@ -212,20 +228,13 @@ func TestExLeaderTakesBackItsRestoredLeaseAtOnce(t *testing.T) {
 	api.catchUp(b)
 	b.step() // no time passes
 	wantCalls(t, api, "b takes it back", "update")
-	if s := b.Status(); !s.IsLeader || s.Token != 7 {
-		t.Fatalf("b: %+v", s)
-	}
+	wantLeads(t, b, 7)
 }
 
 func TestFollowerRaisesALoweredCountKeepingTheHolder(t *testing.T) {
 	api := newFakeAPI(t, heldLease("a", 7))
 	b := api.stepped("b").seesStored()
-	l := api.lease()
-	l.Spec.LeaseTransitions = ptr(int32(2))
-	if _, err := api.client.CoordinationV1().Leases(ns).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	api.calls()
+	api.handEdit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(2)) })
 	api.catchUp(b)
 	b.step()
 	wantCalls(t, api, "b raises the count", "update")
@@ -238,18 +247,11 @@ func TestLeaderWhoseCountWasRaisedTakesAHigherToken(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	a := api.stepped("a").seesStored()
 	a.step()
-	l := api.lease()
-	l.Spec.LeaseTransitions = ptr(int32(9))
-	if _, err := api.client.CoordinationV1().Leases(ns).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	api.calls()
+	api.handEdit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(9)) })
 	api.catchUp(a)
 	a.step()
 	wantCalls(t, api, "a takes a new token", "update")
-	if s := a.Status(); !s.IsLeader || s.Token != 10 {
-		t.Fatalf("a: %+v", s)
-	}
+	wantLeads(t, a, 10)
 }
 
 func TestResourceVersionsGoingBackwardsDoNotWedgeTheElection(t *testing.T) {
