@@ -199,10 +199,11 @@ func parseStore(args []string, e env, stderr io.Writer) (*storeConfig, error) {
 	return c, nil
 }
 
-// fencedWriter writes a value with a token: nil if accepted, an error
-// matching fencing.ErrStaleToken if the resource rejected the token.
+// fencedWriter writes a value with a token and its Lease UID: nil if
+// accepted, an error matching fencing.ErrStaleToken if the resource rejected
+// the token (*fencing.Fence and *httpstore.Client).
 type fencedWriter interface {
-	Write(ctx context.Context, token int64, value []byte) error
+	WriteToken(ctx context.Context, token fencing.Token, value []byte) error
 }
 
 func newStore(spec, writer string) (fencedWriter, error) {
@@ -240,7 +241,7 @@ type writer struct {
 	out     io.Writer
 	mu      sync.Mutex // serialises log lines
 	attempt int
-	last    int64 // the last token the sidecar gave us (0: none)
+	last    fencing.Token // the last token the sidecar gave us, with its Lease UID (Value 0: none)
 }
 
 func runWriter(ctx context.Context, cfg *writerConfig, e env, late <-chan os.Signal, out io.Writer) error {
@@ -290,9 +291,9 @@ func (w *writer) once(ctx context.Context) {
 		return
 	}
 	w.mu.Lock()
-	w.last = tr.Token
+	w.last = fencing.Token{Value: tr.Token, LeaseUID: tr.LeaseUID}
 	w.mu.Unlock()
-	w.write(reqCtx, tr.Token, "")
+	w.write(reqCtx, fencing.Token{Value: tr.Token, LeaseUID: tr.LeaseUID}, "")
 }
 
 // lateWrite writes with the last token we were given, without asking.
@@ -300,7 +301,7 @@ func (w *writer) lateWrite(ctx context.Context) {
 	w.mu.Lock()
 	tok := w.last
 	w.mu.Unlock()
-	if tok == 0 {
+	if tok.Value == 0 {
 		w.logf("result=late-write-skipped reason=%q", "this writer was never given a token")
 		return
 	}
@@ -309,13 +310,16 @@ func (w *writer) lateWrite(ctx context.Context) {
 	w.write(reqCtx, tok, " late=true")
 }
 
-func (w *writer) write(ctx context.Context, token int64, extra string) {
+func (w *writer) write(ctx context.Context, tok fencing.Token, extra string) {
+	token := tok.Value
 	value := fmt.Sprintf("%s #%d token %d", w.cfg.writer, w.attempt, token)
-	err := w.store.Write(ctx, token, []byte(value))
+	err := w.store.WriteToken(ctx, tok, []byte(value))
 	var ste *fencing.StaleTokenError
 	switch {
 	case err == nil:
 		w.logf("result=accepted token=%d highest=%d value=%q%s", token, token, value, extra)
+	case errors.As(err, &ste) && ste.SameValueOtherLease():
+		w.logf("result=rejected-stale token=%d highest=%d leaseUID=%s highestLeaseUID=%s%s", token, ste.Highest, ste.LeaseUID, ste.HighestLeaseUID, extra)
 	case errors.As(err, &ste):
 		w.logf("result=rejected-stale token=%d highest=%d%s", token, ste.Highest, extra)
 	case errors.Is(err, fencing.ErrStaleToken):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -116,12 +117,12 @@ type recordingStore struct {
 	committed []int64
 }
 
-func (r *recordingStore) Commit(ctx context.Context, version string, token int64, value []byte) error {
+func (r *recordingStore) Commit(ctx context.Context, version string, token Token, value []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	err := r.Store.Commit(ctx, version, token, value)
 	if err == nil {
-		r.committed = append(r.committed, token)
+		r.committed = append(r.committed, token.Value)
 	}
 	return err
 }
@@ -133,7 +134,7 @@ type flakyStore struct {
 	err      error
 }
 
-func (s *flakyStore) Commit(ctx context.Context, version string, token int64, value []byte) error {
+func (s *flakyStore) Commit(ctx context.Context, version string, token Token, value []byte) error {
 	if s.failures > 0 {
 		s.failures--
 		return s.err
@@ -189,17 +190,139 @@ func TestMemoryCommitRejectsStaleVersionAndToken(t *testing.T) {
 	ctx := context.Background()
 	m := NewMemory()
 	_, _, v0, _ := m.Load(ctx)
-	if err := m.Commit(ctx, v0, 5, []byte("a")); err != nil {
+	if err := m.Commit(ctx, v0, Token{Value: 5}, []byte("a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Commit(ctx, v0, 6, []byte("b")); !errors.Is(err, ErrConflict) {
+	if err := m.Commit(ctx, v0, Token{Value: 6}, []byte("b")); !errors.Is(err, ErrConflict) {
 		t.Fatalf("commit at old version = %v, want ErrConflict", err)
 	}
 	_, _, v1, _ := m.Load(ctx)
-	if err := m.Commit(ctx, v1, 4, []byte("c")); !errors.Is(err, ErrStaleToken) {
+	if err := m.Commit(ctx, v1, Token{Value: 4}, []byte("c")); !errors.Is(err, ErrStaleToken) {
 		t.Fatalf("commit of lower token = %v, want ErrStaleToken", err)
 	}
 	if h, v := m.Read(); h != 5 || string(v) != "a" {
 		t.Fatalf("store = (%d, %q), want (5, a)", h, v)
+	}
+}
+
+func TestCheckToken(t *testing.T) {
+	tests := []struct {
+		name             string
+		highest, token   Token
+		wantStale        bool
+		wantOtherLease   bool
+		wantErr          bool
+		wantRecordedUID  string // the UID Accept records when accepted
+		wantMsgSubstring string
+	}{
+		{name: "lower value", highest: Token{5, "a"}, token: Token{4, "a"}, wantStale: true, wantErr: true,
+			wantMsgSubstring: "stale fencing token 4: resource already accepted token 5"},
+		{name: "lower value, other lease", highest: Token{5, "a"}, token: Token{4, "b"}, wantStale: true, wantErr: true},
+		{name: "lower value, no UIDs", highest: Token{5, ""}, token: Token{4, ""}, wantStale: true, wantErr: true},
+		{name: "equal value, same UID", highest: Token{5, "a"}, token: Token{5, "a"}, wantRecordedUID: "a"},
+		{name: "equal value, different UID", highest: Token{5, "a"}, token: Token{5, "b"}, wantStale: true, wantOtherLease: true, wantErr: true,
+			wantMsgSubstring: "issued under lease UID b, but the resource already accepted token 5 under lease UID a"},
+		{name: "equal value, token UID empty", highest: Token{5, "a"}, token: Token{5, ""}, wantRecordedUID: "a"},
+		{name: "equal value, highest UID empty", highest: Token{5, ""}, token: Token{5, "b"}, wantRecordedUID: "b"},
+		{name: "equal value, both UIDs empty", highest: Token{5, ""}, token: Token{5, ""}},
+		{name: "higher value, new UID", highest: Token{5, "a"}, token: Token{6, "b"}, wantRecordedUID: "b"},
+		{name: "higher value, same UID", highest: Token{5, "a"}, token: Token{6, "a"}, wantRecordedUID: "a"},
+		{name: "higher value, UID empty", highest: Token{5, "a"}, token: Token{6, ""}, wantRecordedUID: ""},
+		{name: "first token", highest: Token{}, token: Token{1, "a"}, wantRecordedUID: "a"},
+		{name: "negative value", highest: Token{}, token: Token{-1, "a"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckToken(tt.highest, tt.token)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("CheckToken(%v, %v) = %v, want error %v", tt.highest, tt.token, err, tt.wantErr)
+			}
+			if got := errors.Is(err, ErrStaleToken); got != tt.wantStale {
+				t.Fatalf("errors.Is(%v, ErrStaleToken) = %v, want %v", err, got, tt.wantStale)
+			}
+			if tt.wantStale {
+				var ste *StaleTokenError
+				if !errors.As(err, &ste) || ste.Token != tt.token.Value || ste.Highest != tt.highest.Value ||
+					ste.LeaseUID != tt.token.LeaseUID || ste.HighestLeaseUID != tt.highest.LeaseUID {
+					t.Fatalf("want *StaleTokenError{%v, %v}, got %#v", tt.token, tt.highest, err)
+				}
+				if ste.SameValueOtherLease() != tt.wantOtherLease {
+					t.Fatalf("SameValueOtherLease() = %v, want %v", ste.SameValueOtherLease(), tt.wantOtherLease)
+				}
+			}
+			if tt.wantMsgSubstring != "" && !strings.Contains(err.Error(), tt.wantMsgSubstring) {
+				t.Fatalf("error %q does not say %q", err, tt.wantMsgSubstring)
+			}
+			rec, aerr := Accept(tt.highest, tt.token)
+			if (aerr != nil) != tt.wantErr {
+				t.Fatalf("Accept = %v, CheckToken = %v", aerr, err)
+			}
+			if aerr == nil && (rec.Value != tt.token.Value || rec.LeaseUID != tt.wantRecordedUID) {
+				t.Fatalf("Accept records %v, want {%d %q}", rec, tt.token.Value, tt.wantRecordedUID)
+			}
+			// Without UIDs, CheckToken is Check.
+			if cerr := Check(tt.highest.Value, tt.token.Value); (cerr != nil) != (tt.wantErr && !tt.wantOtherLease) {
+				t.Fatalf("Check(%d, %d) = %v", tt.highest.Value, tt.token.Value, cerr)
+			}
+		})
+	}
+}
+
+// TestFenceWriteTokenSequence: a Lease deleted and recreated hands out value 7
+// again under a new UID; the fence keeps the first 7 and rejects the second,
+// while UID-less writes keep the value-only rule and never erase the UID.
+func TestFenceWriteTokenSequence(t *testing.T) {
+	ctx := context.Background()
+	steps := []struct {
+		token     Token
+		value     string
+		wantStale bool
+		wantHigh  Token
+		wantValue string
+	}{
+		{token: Token{7, "uid-1"}, value: "a", wantHigh: Token{7, "uid-1"}, wantValue: "a"},
+		{token: Token{7, "uid-1"}, value: "b", wantHigh: Token{7, "uid-1"}, wantValue: "b"},
+		{token: Token{7, "uid-2"}, value: "reissued", wantStale: true, wantHigh: Token{7, "uid-1"}, wantValue: "b"},
+		{token: Token{7, ""}, value: "no uid", wantHigh: Token{7, "uid-1"}, wantValue: "no uid"},
+		{token: Token{7, "uid-2"}, value: "reissued again", wantStale: true, wantHigh: Token{7, "uid-1"}, wantValue: "no uid"},
+		{token: Token{6, "uid-1"}, value: "lower", wantStale: true, wantHigh: Token{7, "uid-1"}, wantValue: "no uid"},
+		{token: Token{8, "uid-2"}, value: "c", wantHigh: Token{8, "uid-2"}, wantValue: "c"},
+		{token: Token{8, "uid-1"}, value: "other lease", wantStale: true, wantHigh: Token{8, "uid-2"}, wantValue: "c"},
+		{token: Token{9, ""}, value: "d", wantHigh: Token{9, ""}, wantValue: "d"},
+		{token: Token{9, "uid-3"}, value: "e", wantHigh: Token{9, "uid-3"}, wantValue: "e"},
+	}
+	mem := NewMemory()
+	f := New(mem)
+	for i, s := range steps {
+		err := f.WriteToken(ctx, s.token, []byte(s.value))
+		if got := errors.Is(err, ErrStaleToken); got != s.wantStale || (!s.wantStale && err != nil) {
+			t.Fatalf("step %d: WriteToken(%v) = %v, want stale %v", i, s.token, err, s.wantStale)
+		}
+		h, v, _, err := mem.Load(ctx)
+		if err != nil || h != s.wantHigh || string(v) != s.wantValue {
+			t.Fatalf("step %d: Load = %v %q %v, want %v %q", i, h, v, err, s.wantHigh, s.wantValue)
+		}
+	}
+}
+
+func TestMemoryCommitKeepsLeaseUID(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	_, _, v, _ := m.Load(ctx)
+	if err := m.Commit(ctx, v, Token{4, "a"}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// A caller that skips the check and commits the same value without a UID
+	// must not erase the UID, nor commit the same value under another UID.
+	_, _, v, _ = m.Load(ctx)
+	if err := m.Commit(ctx, v, Token{4, ""}, []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, v, _ = m.Load(ctx)
+	if err := m.Commit(ctx, v, Token{4, "b"}, []byte("z")); !errors.Is(err, ErrStaleToken) {
+		t.Fatalf("commit of the same value under another UID = %v, want ErrStaleToken", err)
+	}
+	if h, val, _, _ := m.Load(ctx); h != (Token{4, "a"}) || string(val) != "y" {
+		t.Fatalf("store = (%v, %q), want ({4 a}, y)", h, val)
 	}
 }

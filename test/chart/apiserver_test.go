@@ -439,7 +439,7 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	}
 
 	// The demo app, as the chart runs it next to each sidecar, writes to its fenced ConfigMap store
-	// with the same ServiceAccount: the Role covers it (create, then get/update by name).
+	// with the same ServiceAccount: the Role covers it (get/update by name; the chart created it above).
 	{
 		demoBin := buildCmd(t, "elector-demo", "ELECTOR_DEMO_BIN")
 		app := *findContainer(pod.Spec.Containers, "app")

@@ -137,7 +137,8 @@ func sorted(parts ...[]string) []string {
 
 func TestRender(t *testing.T) {
 	const fullname = "demo-elector-sidecar"
-	demoStoreRules := []string{"/configmaps/*:create", "/configmaps/" + fullname + "-demo-store:get", "/configmaps/" + fullname + "-demo-store:update"}
+	// No create: the chart creates the demo store (templates/demostore.yaml); the app must not recreate it.
+	demoStoreRules := []string{"/configmaps/" + fullname + "-demo-store:get", "/configmaps/" + fullname + "-demo-store:update"}
 	execProbes := [3]string{
 		"exec:/elector-sidecar probe --http-address=127.0.0.1:4040 /readyz",
 		"exec:/elector-sidecar probe --http-address=127.0.0.1:4040 /healthz",
@@ -178,7 +179,7 @@ func TestRender(t *testing.T) {
 			},
 			probes:    execProbes,
 			rules:     sorted(baseRules, leaseRules(fullname), demoStoreRules),
-			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap"},
 			noKinds:   []string{"Service", "ClusterRole", "ClusterRoleBinding"},
 		},
 		{
@@ -207,12 +208,13 @@ func TestRender(t *testing.T) {
 			wantEnv:    map[string]string{"EXTRA": "1", "ELECTOR_LEASE_NAME": fullname},
 			wantAppEnv: map[string]string{"GREETING": "hello", "ELECTOR_URL": "http://127.0.0.1:4040", "ELECTOR_DEMO_STORE": ""},
 			rules:      sorted(baseRules, leaseRules(fullname)),
+			noKinds:    []string{"ConfigMap"}, // no demo store
 		},
 		{
 			name: "dependency mode: RBAC and guard only", files: []string{"dependency-mode.yaml"}, lease: "my-app", sa: "my-app",
 			rules:     sorted(baseRules, leaseRules("my-app")),
 			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
-			noKinds:   []string{"Deployment", "StatefulSet", "Service"},
+			noKinds:   []string{"Deployment", "StatefulSet", "Service", "ConfigMap"},
 		},
 		{
 			name: "bring your own ServiceAccount and RBAC, nothing cluster-scoped", files: []string{"minimal-permissions.yaml"}, kind: "Deployment", replicas: 3, native: true,

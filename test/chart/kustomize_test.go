@@ -45,9 +45,9 @@ func TestKustomizeBuilds(t *testing.T) {
 	}{
 		{"rbac", []string{"Role/elector-sidecar", "RoleBinding/elector-sidecar", "ServiceAccount/elector-sidecar"}},
 		{"lease-guard", []string{"ValidatingAdmissionPolicy/elector-sidecar.lease-guard", "ValidatingAdmissionPolicyBinding/elector-sidecar.lease-guard"}},
-		{"samples/demo", []string{"Deployment/elector-sidecar", "Namespace/elector-demo", "Role/elector-sidecar", "RoleBinding/elector-sidecar",
+		{"samples/demo", []string{"ConfigMap/elector-sidecar-demo-store", "Deployment/elector-sidecar", "Namespace/elector-demo", "Role/elector-sidecar", "RoleBinding/elector-sidecar",
 			"ServiceAccount/elector-sidecar", "ValidatingAdmissionPolicy/elector-sidecar.lease-guard", "ValidatingAdmissionPolicyBinding/elector-sidecar.lease-guard"}},
-		{"samples/statefulset", []string{"Namespace/elector-demo-sts", "Role/elector-sidecar", "RoleBinding/elector-sidecar", "Service/elector-sidecar",
+		{"samples/statefulset", []string{"ConfigMap/elector-sidecar-demo-store", "Namespace/elector-demo-sts", "Role/elector-sidecar", "RoleBinding/elector-sidecar", "Service/elector-sidecar",
 			"ServiceAccount/elector-sidecar", "StatefulSet/elector-sidecar", "ValidatingAdmissionPolicy/elector-sidecar.lease-guard",
 			"ValidatingAdmissionPolicyBinding/elector-sidecar.lease-guard"}},
 	} {

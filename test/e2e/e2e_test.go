@@ -775,7 +775,8 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 // admission policy behind. It keeps, by design (NOTES.txt), the Lease (not
 // part of the release: deleting it would reset the fencing token; a
 // reinstall continues counting) and the demo app's store ConfigMap (created
-// by the app, not by helm).
+// by the chart with helm.sh/resource-policy: keep: it is the fence's state,
+// and the store fails closed without it).
 //
 // helm deletes the Role, RoleBinding and ServiceAccount in the same batch as
 // the Deployment, before the pods stop, so the leader's release on SIGTERM is
@@ -945,7 +946,7 @@ func (r *release) checkOnlyKeptLeft(ctx context.Context, t *testing.T) {
 	t.Logf("left after helm uninstall: %v", left)
 	kept := map[string]string{
 		"Lease/" + r.lease:           "not part of the release; deleting it would reset the fencing token (NOTES.txt)",
-		"ConfigMap/" + demoStoreName: "the demo app's fenced store, created by the app",
+		"ConfigMap/" + demoStoreName: "the demo app's fenced store, created by the chart and kept (helm.sh/resource-policy: keep)",
 	}
 	for _, k := range left {
 		if _, ok := kept[k]; !ok {

@@ -26,6 +26,13 @@ func TestConfigMapStoreOnAPIServer(t *testing.T) {
 	store := configmapstore.New(env.cp.Client.CoreV1(), ns, "fenced")
 	fence := fencing.New(store)
 
+	// No state yet: the store fails closed until the setup creates it.
+	if err := fence.Write(ctx, 1, []byte("one")); !errors.Is(err, configmapstore.ErrStateMissing) {
+		t.Fatalf("write before Init: %v, want ErrStateMissing", err)
+	}
+	if created, err := store.Init(ctx); err != nil || !created {
+		t.Fatalf("Init = %v, %v", created, err)
+	}
 	if err := fence.Write(ctx, 3, []byte("three")); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +47,7 @@ func TestConfigMapStoreOnAPIServer(t *testing.T) {
 	if err := fence.Write(ctx, 3, []byte("three again")); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Commit(ctx, ver, 4, []byte("at an old version")); !errors.Is(err, fencing.ErrConflict) {
+	if err := store.Commit(ctx, ver, fencing.Token{Value: 4}, []byte("at an old version")); !errors.Is(err, fencing.ErrConflict) {
 		t.Fatalf("commit at an old resourceVersion: %v, want ErrConflict", err)
 	}
 
@@ -53,7 +60,7 @@ func TestConfigMapStoreOnAPIServer(t *testing.T) {
 			defer wg.Done()
 			f := fencing.New(configmapstore.New(env.cp.Client.CoreV1(), ns, "fenced"))
 			for i := 0; i < 10; i++ {
-				if err := f.Write(ctx, tok, []byte(strconv.FormatInt(tok, 10))); err != nil && !errors.Is(err, fencing.ErrStaleToken) && !errors.Is(err, fencing.ErrConflict) {
+				if err := f.WriteToken(ctx, fencing.Token{Value: tok, LeaseUID: "uid-a"}, []byte(strconv.FormatInt(tok, 10))); err != nil && !errors.Is(err, fencing.ErrStaleToken) && !errors.Is(err, fencing.ErrConflict) {
 					t.Errorf("token %d: %v", tok, err)
 					return
 				}
@@ -62,11 +69,26 @@ func TestConfigMapStoreOnAPIServer(t *testing.T) {
 	}
 	wg.Wait()
 	h, v, _, err := store.Load(ctx)
-	if err != nil || h != 9 || string(v) != "9" {
-		t.Fatalf("final %d %q %v, want 9 \"9\"", h, v, err)
+	if err != nil || h != (fencing.Token{Value: 9, LeaseUID: "uid-a"}) || string(v) != "9" {
+		t.Fatalf("final %v %q %v, want {9 uid-a} \"9\"", h, v, err)
 	}
 	cm, err := env.cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, "fenced", metav1.GetOptions{})
-	if err != nil || cm.Data[configmapstore.TokenKey] != "9" {
+	if err != nil || cm.Data[configmapstore.TokenKey] != "9" || cm.Data[configmapstore.LeaseUIDKey] != "uid-a" {
 		t.Fatalf("configmap %v %v", cm.Data, err)
+	}
+	// The same value under another Lease UID is rejected.
+	if err := fence.WriteToken(ctx, fencing.Token{Value: 9, LeaseUID: "uid-b"}, []byte("reissued")); !errors.Is(err, fencing.ErrStaleToken) {
+		t.Fatalf("token 9 under another lease UID: %v, want ErrStaleToken", err)
+	}
+
+	// Deleting the fence's state does not let a stale token in.
+	if err := env.cp.Client.CoreV1().ConfigMaps(ns).Delete(ctx, "fenced", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Write(ctx, 3, []byte("stale")); !errors.Is(err, configmapstore.ErrStateMissing) {
+		t.Fatalf("write with token 3 after the state was deleted: %v, want ErrStateMissing", err)
+	}
+	if _, err := env.cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, "fenced", metav1.GetOptions{}); err == nil {
+		t.Fatal("the rejected write recreated the configmap")
 	}
 }

@@ -29,7 +29,7 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 	g.start("pod-a", "pod-b", "pod-c")
 	old, oldTok := g.waitLeader(startupTimeout)
 	oldWriter := httpstore.NewClient(storeURL, old.Identity())
-	if err := oldWriter.Write(g.ctx, oldTok.Token, []byte("written by "+old.Instance)); err != nil {
+	if err := oldWriter.WriteToken(g.ctx, fencing.Token{Value: oldTok.Token, LeaseUID: oldTok.LeaseUID}, []byte("written by "+old.Instance)); err != nil {
 		t.Fatalf("the leader's write with its token %d: %v", oldTok.Token, err)
 	}
 	g.waitAllSee(old, oldTok.Token)
@@ -51,7 +51,7 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 		t.Fatalf("new token %d is not greater than the paused leader's %d", newTok.Token, oldTok.Token)
 	}
 	newValue := []byte("written by " + next.Instance)
-	if err := httpstore.NewClient(storeURL, next.Identity()).Write(g.ctx, newTok.Token, newValue); err != nil {
+	if err := httpstore.NewClient(storeURL, next.Identity()).WriteToken(g.ctx, fencing.Token{Value: newTok.Token, LeaseUID: newTok.LeaseUID}, newValue); err != nil {
 		t.Fatalf("the new leader's fenced write with token %d: %v", newTok.Token, err)
 	}
 
@@ -90,7 +90,7 @@ func TestSplitBrainFencedAfterSIGSTOP(t *testing.T) {
 		asked, next.Instance, time.Since(resumedAt).Round(time.Millisecond))
 
 	// The write it had in hand before the pause arrives now: the fence rejects it.
-	err = oldWriter.Write(g.ctx, oldTok.Token, []byte("late write by "+old.Instance))
+	err = oldWriter.WriteToken(g.ctx, fencing.Token{Value: oldTok.Token, LeaseUID: oldTok.LeaseUID}, []byte("late write by "+old.Instance))
 	if !errors.Is(err, fencing.ErrStaleToken) {
 		t.Fatalf("stale write with token %d: %v, want fencing.ErrStaleToken", oldTok.Token, err)
 	}

@@ -290,14 +290,12 @@ rules:
     resources: ["events"]
     verbs: ["create", "patch"]
   {{- if and .Values.demo.enabled .Values.workload.enabled }}
-  # The demo app's fenced store: a ConfigMap it creates and then updates with compare-and-swap.
+  # The demo app's fenced store: a ConfigMap the chart creates (templates/demostore.yaml) and the app
+  # updates with compare-and-swap. No create: the app must not recreate its fence state if it is deleted.
   - apiGroups: [""]
     resources: ["configmaps"]
     resourceNames: [{{ include "elector-sidecar.demoStoreName" . | quote }}]
     verbs: ["get", "update"]
-  - apiGroups: [""]
-    resources: ["configmaps"]
-    verbs: ["create"]
   {{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -1,19 +1,34 @@
 // Package configmapstore is a fencing.Store backed by a Kubernetes ConfigMap:
-// the highest accepted fencing token and the value live in one ConfigMap, and
-// the ConfigMap's resourceVersion is the compare-and-swap version, so the
-// token check and the write are one atomic update at the apiserver.
+// the highest accepted fencing token, the Lease UID it was issued under, and
+// the value live in one ConfigMap, and the ConfigMap's resourceVersion is the
+// compare-and-swap version, so the token check and the write are one atomic
+// update at the apiserver.
 //
 //	store := configmapstore.New(clientset.CoreV1(), "default", "demo-value")
+//	// once, where the fence is set up (an install step), not on the write path:
+//	if _, err := store.Init(ctx); err != nil { ... }
 //	fence := fencing.New(store)
-//	err := fence.Write(ctx, token, []byte("hello"))   // errors.Is(err, fencing.ErrStaleToken) if stale
+//	err := fence.WriteToken(ctx, fencing.Token{Value: t.Token, LeaseUID: t.LeaseUID}, []byte("hello"))
+//	// errors.Is(err, fencing.ErrStaleToken) if stale
 //
-// The ConfigMap is created on the first write. Data["fencing-token"] holds the
-// highest token; Data["value"] the value (BinaryData["value"] if it is not
-// UTF-8). Other keys, labels and annotations are preserved.
+// The ConfigMap is the fence's state, and the store fails closed without it:
+// if it does not exist, Load and Commit return an error matching
+// ErrStateMissing and nothing is written (a deleted ConfigMap must not read
+// as "highest token 0", which would let every stale token in). Whoever sets
+// up the fence creates it once: with Init, or by creating the ConfigMap
+// (with no data, or Data["fencing-token"] = "0") as part of the install, as
+// the Helm chart does for the demo app.
+//
+// Data["fencing-token"] holds the highest token; Data["fencing-lease-uid"]
+// the Lease UID recorded with it (absent if unknown); Data["value"] the value
+// (BinaryData["value"] if it is not UTF-8). A ConfigMap without
+// "fencing-token" is highest 0. Other keys, labels and annotations are
+// preserved.
 package configmapstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -28,9 +43,16 @@ import (
 
 // Keys in the ConfigMap.
 const (
-	TokenKey = "fencing-token"
-	ValueKey = "value"
+	TokenKey    = "fencing-token"
+	LeaseUIDKey = "fencing-lease-uid"
+	ValueKey    = "value"
 )
+
+// ErrStateMissing is matched (errors.Is) by Load and Commit when the
+// ConfigMap does not exist: the fence's state is gone, so no token can be
+// checked and nothing is written. Recreate it deliberately (Init), knowing
+// that it starts again at highest token 0.
+var ErrStateMissing = errors.New("fence state missing")
 
 // Store is a fencing.Store over one ConfigMap.
 type Store struct {
@@ -41,50 +63,69 @@ type Store struct {
 
 var _ fencing.Store = (*Store)(nil)
 
-// New returns a Store for the ConfigMap namespace/name (which need not exist yet).
+// New returns a Store for the ConfigMap namespace/name. The ConfigMap must
+// exist before the first write (see Init); New makes no API call.
 func New(client corev1client.ConfigMapsGetter, namespace, name string) *Store {
 	return &Store{client: client, namespace: namespace, name: name}
 }
 
 func (s *Store) key() string { return s.namespace + "/" + s.name }
 
-// Load implements fencing.Store. A missing ConfigMap is highest 0, no value,
-// version "".
-func (s *Store) Load(ctx context.Context) (int64, []byte, string, error) {
+func (s *Store) missing(what string) error {
+	return fmt.Errorf("configmap %s: %s: %w (it holds the highest accepted fencing token; "+
+		"recreating it resets the fence to 0, so only the fence's setup may do that, with Init)", s.key(), what, ErrStateMissing)
+}
+
+// Init creates the ConfigMap with highest token 0 if it does not exist, and
+// reports whether it did; an existing ConfigMap is left as it is. Call it
+// once, where the fence is set up (an install step, a setup job), never on
+// the write path: after the ConfigMap was lost, Init starts the fence again
+// at 0, and every token the resource rejected before would be accepted.
+func (s *Store) Init(ctx context.Context) (created bool, err error) {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace},
+		Data:       map[string]string{TokenKey: "0"},
+	}
+	_, err = s.client.ConfigMaps(s.namespace).Create(ctx, cm, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("configmap %s: create: %w", s.key(), err)
+	}
+}
+
+// Load implements fencing.Store. A missing ConfigMap is an error matching
+// ErrStateMissing.
+func (s *Store) Load(ctx context.Context) (fencing.Token, []byte, string, error) {
 	cm, err := s.client.ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return 0, nil, "", nil
+		return fencing.Token{}, nil, "", s.missing("not found")
 	}
 	if err != nil {
-		return 0, nil, "", fmt.Errorf("configmap %s: get: %w", s.key(), err)
+		return fencing.Token{}, nil, "", fmt.Errorf("configmap %s: get: %w", s.key(), err)
 	}
 	highest, err := parseToken(cm)
 	if err != nil {
-		return 0, nil, "", fmt.Errorf("configmap %s: %w", s.key(), err)
+		return fencing.Token{}, nil, "", fmt.Errorf("configmap %s: %w", s.key(), err)
 	}
 	return highest, valueOf(cm), cm.ResourceVersion, nil
 }
 
-// Commit implements fencing.Store: it writes token and value if the ConfigMap
-// is still at version (the resourceVersion from Load; "" = does not exist),
-// and returns an error matching fencing.ErrConflict if it moved on.
-func (s *Store) Commit(ctx context.Context, version string, token int64, value []byte) error {
-	cms := s.client.ConfigMaps(s.namespace)
+// Commit implements fencing.Store: it writes token (with its Lease UID) and
+// value if the ConfigMap is still at version (the resourceVersion from Load),
+// and returns an error matching fencing.ErrConflict if it moved on, or
+// ErrStateMissing if it no longer exists. It never creates the ConfigMap.
+func (s *Store) Commit(ctx context.Context, version string, token fencing.Token, value []byte) error {
 	if version == "" {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace}}
-		setFields(cm, token, value)
-		_, err := cms.Create(ctx, cm, metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("configmap %s: created concurrently: %w", s.key(), fencing.ErrConflict)
-		}
-		if err != nil {
-			return fmt.Errorf("configmap %s: create: %w", s.key(), err)
-		}
-		return nil
+		return s.missing("no resourceVersion to commit at")
 	}
+	cms := s.client.ConfigMaps(s.namespace)
 	cm, err := cms.Get(ctx, s.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("configmap %s: deleted concurrently: %w", s.key(), fencing.ErrConflict)
+		return s.missing("deleted since it was loaded")
 	}
 	if err != nil {
 		return fmt.Errorf("configmap %s: get: %w", s.key(), err)
@@ -92,19 +133,24 @@ func (s *Store) Commit(ctx context.Context, version string, token int64, value [
 	if cm.ResourceVersion != version {
 		return fmt.Errorf("configmap %s: at resourceVersion %s, not %s: %w", s.key(), cm.ResourceVersion, version, fencing.ErrConflict)
 	}
-	// Defence in depth: never record a lower token, even for a caller that skipped Check.
+	// Defence in depth: never record a lower token, or drop the Lease UID of
+	// the highest, even for a caller that skipped the check.
 	highest, err := parseToken(cm)
 	if err != nil {
 		return fmt.Errorf("configmap %s: %w", s.key(), err)
 	}
-	if err := fencing.Check(highest, token); err != nil {
+	record, err := fencing.Accept(highest, token)
+	if err != nil {
 		return err
 	}
-	setFields(cm, token, value)
+	setFields(cm, record, value)
 	// The update carries resourceVersion=version: the apiserver rejects it
 	// with 409 Conflict if anything changed since, which makes this a CAS.
 	_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) {
+		return s.missing("deleted while writing")
+	}
+	if apierrors.IsConflict(err) {
 		return fmt.Errorf("configmap %s: changed concurrently: %v: %w", s.key(), err, fencing.ErrConflict)
 	}
 	if err != nil {
@@ -113,16 +159,17 @@ func (s *Store) Commit(ctx context.Context, version string, token int64, value [
 	return nil
 }
 
-func parseToken(cm *corev1.ConfigMap) (int64, error) {
+func parseToken(cm *corev1.ConfigMap) (fencing.Token, error) {
+	uid := cm.Data[LeaseUIDKey]
 	raw, ok := cm.Data[TokenKey]
 	if !ok || raw == "" {
-		return 0, nil
+		return fencing.Token{LeaseUID: uid}, nil
 	}
 	t, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || t < 0 {
-		return 0, fmt.Errorf("data[%q] = %q is not a non-negative integer", TokenKey, raw)
+		return fencing.Token{}, fmt.Errorf("data[%q] = %q is not a non-negative integer", TokenKey, raw)
 	}
-	return t, nil
+	return fencing.Token{Value: t, LeaseUID: uid}, nil
 }
 
 func valueOf(cm *corev1.ConfigMap) []byte {
@@ -135,11 +182,16 @@ func valueOf(cm *corev1.ConfigMap) []byte {
 	return nil
 }
 
-func setFields(cm *corev1.ConfigMap, token int64, value []byte) {
+func setFields(cm *corev1.ConfigMap, token fencing.Token, value []byte) {
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
-	cm.Data[TokenKey] = strconv.FormatInt(token, 10)
+	cm.Data[TokenKey] = strconv.FormatInt(token.Value, 10)
+	if token.LeaseUID != "" {
+		cm.Data[LeaseUIDKey] = token.LeaseUID
+	} else {
+		delete(cm.Data, LeaseUIDKey)
+	}
 	if utf8.Valid(value) {
 		cm.Data[ValueKey] = string(value)
 		delete(cm.BinaryData, ValueKey)

@@ -6,11 +6,19 @@
 //
 // Protocol:
 //
-//	PUT /value   header X-Fencing-Token: <token>, optional X-Writer: <name>, body = the value
-//	             200 {"accepted":true,"token":N,"highest":N}
-//	             409 {"error":"stale fencing token ...","token":N,"highest":H}
+//	PUT /value   header X-Fencing-Token: <token>, optional X-Fencing-Lease-UID: <leaseUID from /token>,
+//	             optional X-Writer: <name>, body = the value
+//	             200 {"accepted":true,"token":N,"leaseUID":"...","highest":N,"highestLeaseUID":"..."}
+//	             409 {"error":"stale fencing token ...","token":N,"leaseUID":"...","highest":H,"highestLeaseUID":"..."}
 //	             400 {"error":"..."} for a missing or malformed token
-//	GET  /value  200 {"highest":H,"value":"...","writer":"..."}
+//	GET  /value  200 {"highest":H,"highestLeaseUID":"...","value":"..."}
+//
+// The server applies fencing.CheckToken: with a Lease UID, a token whose
+// value equals the highest accepted but that was issued under another Lease
+// is rejected (409). A client that sends no X-Fencing-Lease-UID (older
+// clients, Client.Write) gets the value-only rule; the UID fields of the
+// answers are left out when empty, and a client that does not know them
+// ignores them.
 package httpstore
 
 import (
@@ -31,8 +39,9 @@ import (
 
 // Header names.
 const (
-	TokenHeader  = "X-Fencing-Token"
-	WriterHeader = "X-Writer"
+	TokenHeader    = "X-Fencing-Token"
+	LeaseUIDHeader = "X-Fencing-Lease-UID"
+	WriterHeader   = "X-Writer"
 )
 
 // MaxValueBytes bounds a PUT body.
@@ -41,14 +50,18 @@ const MaxValueBytes = 1 << 20
 // Write is one PUT /value as the server saw it.
 type Write struct {
 	// Seq orders accepted writes by commit (1, 2, ...); 0 for rejected writes.
-	Seq      int64
-	At       time.Time
-	Writer   string
-	Token    int64
+	Seq    int64
+	At     time.Time
+	Writer string
+	Token  int64
+	// LeaseUID is the token's Lease UID ("" if the writer sent none).
+	LeaseUID string
 	Value    []byte
 	Accepted bool
-	// Highest is the highest token accepted so far (after this write if accepted).
-	Highest int64
+	// Highest is the highest token accepted so far (after this write if
+	// accepted), HighestLeaseUID the Lease UID recorded with it.
+	Highest         int64
+	HighestLeaseUID string
 	// Err is why the write was rejected ("" if accepted).
 	Err   string
 	Stale bool
@@ -91,26 +104,38 @@ type recorder struct {
 	seq int64
 }
 
-func (r *recorder) Commit(ctx context.Context, version string, token int64, value []byte) error {
+func (r *recorder) Commit(ctx context.Context, version string, token fencing.Token, value []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.Store.Commit(ctx, version, token, value); err != nil {
 		return err
 	}
 	r.seq++
-	if v, ok := ctx.Value(seqKey{}).(*int64); ok {
-		*v = r.seq
+	if c, ok := ctx.Value(commitKey{}).(*commit); ok {
+		c.seq, c.token = r.seq, token
 	}
 	return nil
 }
 
-type seqKey struct{}
+// commit is what the recorder tells WriteToken about its successful commit.
+type commit struct {
+	seq   int64
+	token fencing.Token // as recorded (Fence.WriteToken keeps a known UID for an equal value)
+}
 
-// Write applies a fenced write directly (what PUT /value does).
+type commitKey struct{}
+
+// Write applies a fenced write without a Lease UID directly (PUT /value
+// without X-Fencing-Lease-UID).
 func (s *Server) Write(ctx context.Context, writer string, token int64, value []byte) Write {
-	var seq int64
-	err := s.fence.Write(context.WithValue(ctx, seqKey{}, &seq), token, value)
-	w := Write{At: time.Now(), Writer: writer, Token: token, Value: value, Accepted: err == nil, Seq: seq}
+	return s.WriteToken(ctx, writer, fencing.Token{Value: token}, value)
+}
+
+// WriteToken applies a fenced write directly (what PUT /value does).
+func (s *Server) WriteToken(ctx context.Context, writer string, token fencing.Token, value []byte) Write {
+	var c commit
+	err := s.fence.WriteToken(context.WithValue(ctx, commitKey{}, &c), token, value)
+	w := Write{At: time.Now(), Writer: writer, Token: token.Value, LeaseUID: token.LeaseUID, Value: value, Accepted: err == nil, Seq: c.seq}
 	if err != nil {
 		w.Err = err.Error()
 		w.Stale = errors.Is(err, fencing.ErrStaleToken)
@@ -118,12 +143,12 @@ func (s *Server) Write(ctx context.Context, writer string, token int64, value []
 	var ste *fencing.StaleTokenError
 	switch {
 	case err == nil:
-		w.Highest = token // what the commit recorded
+		w.Highest, w.HighestLeaseUID = c.token.Value, c.token.LeaseUID // what the commit recorded
 	case errors.As(err, &ste):
-		w.Highest = ste.Highest
+		w.Highest, w.HighestLeaseUID = ste.Highest, ste.HighestLeaseUID
 	default:
 		if h, _, _, lerr := s.rec.Load(ctx); lerr == nil {
-			w.Highest = h
+			w.Highest, w.HighestLeaseUID = h.Value, h.LeaseUID
 		}
 	}
 	s.mu.Lock()
@@ -144,22 +169,32 @@ func (s *Server) Writes() []Write {
 	return append([]Write(nil), s.writes...)
 }
 
-// Read returns the highest accepted token and the current value.
+// Read returns the highest accepted token's value and the current value.
 func (s *Server) Read(ctx context.Context) (int64, []byte, error) {
+	h, v, err := s.ReadToken(ctx)
+	return h.Value, v, err
+}
+
+// ReadToken returns the highest accepted token, with its Lease UID, and the
+// current value.
+func (s *Server) ReadToken(ctx context.Context) (fencing.Token, []byte, error) {
 	h, v, _, err := s.rec.Load(ctx)
 	return h, v, err
 }
 
 type writeResponse struct {
-	Accepted bool   `json:"accepted,omitempty"`
-	Error    string `json:"error,omitempty"`
-	Token    int64  `json:"token"`
-	Highest  int64  `json:"highest"`
+	Accepted        bool   `json:"accepted,omitempty"`
+	Error           string `json:"error,omitempty"`
+	Token           int64  `json:"token"`
+	LeaseUID        string `json:"leaseUID,omitempty"`
+	Highest         int64  `json:"highest"`
+	HighestLeaseUID string `json:"highestLeaseUID,omitempty"`
 }
 
 type readResponse struct {
-	Highest int64  `json:"highest"`
-	Value   string `json:"value"`
+	Highest         int64  `json:"highest"`
+	HighestLeaseUID string `json:"highestLeaseUID,omitempty"`
+	Value           string `json:"value"`
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -169,12 +204,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		h, v, err := s.Read(r.Context())
+		h, v, err := s.ReadToken(r.Context())
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, readResponse{Highest: h, Value: string(v)})
+		writeJSON(w, http.StatusOK, readResponse{Highest: h.Value, HighestLeaseUID: h.LeaseUID, Value: string(v)})
 	case http.MethodPut:
 		raw := strings.TrimSpace(r.Header.Get(TokenHeader))
 		token, err := strconv.ParseInt(raw, 10, 64)
@@ -187,14 +222,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("body unreadable or larger than %d bytes", MaxValueBytes)})
 			return
 		}
-		res := s.Write(r.Context(), r.Header.Get(WriterHeader), token, body)
+		uid := strings.TrimSpace(r.Header.Get(LeaseUIDHeader)) // "" (absent): value-only rule
+		res := s.WriteToken(r.Context(), r.Header.Get(WriterHeader), fencing.Token{Value: token, LeaseUID: uid}, body)
+		resp := writeResponse{Error: res.Err, Token: token, LeaseUID: uid, Highest: res.Highest, HighestLeaseUID: res.HighestLeaseUID}
 		switch {
 		case res.Accepted:
-			writeJSON(w, http.StatusOK, writeResponse{Accepted: true, Token: token, Highest: res.Highest})
+			resp.Accepted = true
+			writeJSON(w, http.StatusOK, resp)
 		case res.Stale:
-			writeJSON(w, http.StatusConflict, writeResponse{Error: res.Err, Token: token, Highest: res.Highest})
+			writeJSON(w, http.StatusConflict, resp)
 		default:
-			writeJSON(w, http.StatusInternalServerError, writeResponse{Error: res.Err, Token: token, Highest: res.Highest})
+			writeJSON(w, http.StatusInternalServerError, resp)
 		}
 	default:
 		w.Header().Set("Allow", "GET, PUT")
@@ -238,15 +276,26 @@ func NewClient(baseURL, writer string) *Client {
 	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Writer: writer, HTTP: &http.Client{Timeout: 5 * time.Second}}
 }
 
-// Write PUTs value with token. It returns nil if the store accepted it, a
-// *fencing.StaleTokenError (errors.Is(err, fencing.ErrStaleToken)) if the
-// store rejected the token, and another error otherwise.
+// Write PUTs value with token and no Lease UID (the value-only rule): it is
+// WriteToken(ctx, fencing.Token{Value: token}, value).
 func (c *Client) Write(ctx context.Context, token int64, value []byte) error {
+	return c.WriteToken(ctx, fencing.Token{Value: token}, value)
+}
+
+// WriteToken PUTs value with token and its Lease UID (sent if not empty). It
+// returns nil if the store accepted it, a *fencing.StaleTokenError
+// (errors.Is(err, fencing.ErrStaleToken)) if the store rejected the token,
+// and another error otherwise.
+func (c *Client) WriteToken(ctx context.Context, tok fencing.Token, value []byte) error {
+	token := tok.Value
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.BaseURL+"/value", strings.NewReader(string(value)))
 	if err != nil {
 		return err
 	}
 	req.Header.Set(TokenHeader, strconv.FormatInt(token, 10))
+	if tok.LeaseUID != "" {
+		req.Header.Set(LeaseUIDHeader, tok.LeaseUID)
+	}
 	if c.Writer != "" {
 		req.Header.Set(WriterHeader, c.Writer)
 	}
@@ -262,7 +311,7 @@ func (c *Client) Write(ctx context.Context, token int64, value []byte) error {
 	case http.StatusOK:
 		return nil
 	case http.StatusConflict:
-		return &fencing.StaleTokenError{Token: token, Highest: body.Highest}
+		return &fencing.StaleTokenError{Token: token, Highest: body.Highest, LeaseUID: tok.LeaseUID, HighestLeaseUID: body.HighestLeaseUID}
 	default:
 		msg := body.Error
 		if msg == "" {
@@ -272,24 +321,31 @@ func (c *Client) Write(ctx context.Context, token int64, value []byte) error {
 	}
 }
 
-// Read returns the store's highest accepted token and its value.
+// Read returns the store's highest accepted token value and its value.
 func (c *Client) Read(ctx context.Context) (int64, []byte, error) {
+	h, v, err := c.ReadToken(ctx)
+	return h.Value, v, err
+}
+
+// ReadToken returns the store's highest accepted token, with its Lease UID
+// ("" if unknown, or from a server that does not report it), and its value.
+func (c *Client) ReadToken(ctx context.Context) (fencing.Token, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/value", nil)
 	if err != nil {
-		return 0, nil, err
+		return fencing.Token{}, nil, err
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("fenced read: %w", err)
+		return fencing.Token{}, nil, fmt.Errorf("fenced read: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		return 0, nil, fmt.Errorf("fenced read: status %d: %s", resp.StatusCode, b)
+		return fencing.Token{}, nil, fmt.Errorf("fenced read: status %d: %s", resp.StatusCode, b)
 	}
 	var body readResponse
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return 0, nil, fmt.Errorf("fenced read: %w", err)
+		return fencing.Token{}, nil, fmt.Errorf("fenced read: %w", err)
 	}
-	return body.Highest, []byte(body.Value), nil
+	return fencing.Token{Value: body.Highest, LeaseUID: body.HighestLeaseUID}, []byte(body.Value), nil
 }

@@ -2,6 +2,7 @@ package httpstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -141,5 +142,91 @@ func TestConcurrentWritersCommitOrder(t *testing.T) {
 	}
 	if h, v, _ := srv.Read(context.Background()); h != 5 || string(v) != "5" {
 		t.Fatalf("final %d %q, want 5 \"5\"", h, v)
+	}
+}
+
+// TestLeaseUIDRoundTrip: the Lease UID goes over HTTP with the token, is
+// recorded next to it, read back, and a reissued value under another Lease
+// is rejected with both UIDs in the error.
+func TestLeaseUIDRoundTrip(t *testing.T) {
+	srv := NewServer(nil)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	c := NewClient(ts.URL, "tester")
+	ctx := context.Background()
+	steps := []struct {
+		token     fencing.Token
+		wantStale bool
+		wantHigh  fencing.Token
+	}{
+		{token: fencing.Token{Value: 7, LeaseUID: "uid-1"}, wantHigh: fencing.Token{Value: 7, LeaseUID: "uid-1"}},
+		{token: fencing.Token{Value: 7, LeaseUID: "uid-1"}, wantHigh: fencing.Token{Value: 7, LeaseUID: "uid-1"}},
+		{token: fencing.Token{Value: 7, LeaseUID: "uid-2"}, wantStale: true, wantHigh: fencing.Token{Value: 7, LeaseUID: "uid-1"}},
+		{token: fencing.Token{Value: 7}, wantHigh: fencing.Token{Value: 7, LeaseUID: "uid-1"}},
+		{token: fencing.Token{Value: 6, LeaseUID: "uid-1"}, wantStale: true, wantHigh: fencing.Token{Value: 7, LeaseUID: "uid-1"}},
+		{token: fencing.Token{Value: 8, LeaseUID: "uid-2"}, wantHigh: fencing.Token{Value: 8, LeaseUID: "uid-2"}},
+	}
+	for i, s := range steps {
+		err := c.WriteToken(ctx, s.token, []byte(s.token.String()))
+		if s.wantStale {
+			var ste *fencing.StaleTokenError
+			if !errors.Is(err, fencing.ErrStaleToken) || !errors.As(err, &ste) || ste.Token != s.token.Value || ste.LeaseUID != s.token.LeaseUID ||
+				ste.Highest != s.wantHigh.Value || ste.HighestLeaseUID != s.wantHigh.LeaseUID {
+				t.Fatalf("step %d: WriteToken(%v) = %#v, want stale with highest %v", i, s.token, err, s.wantHigh)
+			}
+		} else if err != nil {
+			t.Fatalf("step %d: WriteToken(%v) = %v", i, s.token, err)
+		}
+		h, _, err := c.ReadToken(ctx)
+		if err != nil || h != s.wantHigh {
+			t.Fatalf("step %d: ReadToken = %v %v, want %v", i, h, err, s.wantHigh)
+		}
+		if sh, _, _ := srv.ReadToken(ctx); sh != s.wantHigh {
+			t.Fatalf("step %d: server ReadToken = %v, want %v", i, sh, s.wantHigh)
+		}
+	}
+	ws := srv.Writes()
+	if w := ws[2]; w.Accepted || !w.Stale || w.LeaseUID != "uid-2" || w.HighestLeaseUID != "uid-1" || !strings.Contains(w.Err, "lease UID uid-1") {
+		t.Fatalf("log of the reissued-value write: %+v", w)
+	}
+	if w := ws[3]; !w.Accepted || w.LeaseUID != "" || w.Highest != 7 || w.HighestLeaseUID != "uid-1" {
+		t.Fatalf("log of the UID-less write: %+v", w)
+	}
+}
+
+// TestOldClientWithoutUID: a client of the old protocol (no
+// X-Fencing-Lease-UID, ignoring the new answer fields) keeps working with the
+// value-only rule, also after UID-aware writes.
+func TestOldClientWithoutUID(t *testing.T) {
+	srv := NewServer(nil)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	ctx := context.Background()
+	if err := NewClient(ts.URL, "new").WriteToken(ctx, fencing.Token{Value: 3, LeaseUID: "uid-1"}, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	put := func(token string) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodPut, ts.URL+"/value", strings.NewReader("old "+token))
+		req.Header.Set(TokenHeader, token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	if code, body := put("3"); code != http.StatusOK || body["accepted"] != true || body["highest"] != float64(3) {
+		t.Fatalf("old client, same value: %d %v", code, body)
+	}
+	if code, body := put("2"); code != http.StatusConflict || body["highest"] != float64(3) {
+		t.Fatalf("old client, lower value: %d %v", code, body)
+	}
+	if code, body := put("4"); code != http.StatusOK || body["highest"] != float64(4) {
+		t.Fatalf("old client, higher value: %d %v", code, body)
+	}
+	if h, v, err := srv.ReadToken(ctx); err != nil || h != (fencing.Token{Value: 4}) || string(v) != "old 4" {
+		t.Fatalf("store %v %q %v, want {4 \"\"} \"old 4\"", h, v, err)
 	}
 }
