@@ -150,8 +150,10 @@ func (e *Elector) renew(ctx context.Context) {
 		e.metrics.apiError("update")
 		_ = e.refresh(ctx)
 	}
-	// Two conflicts in a row: back off instead of spinning on the Lease.
-	s.retryAt = e.clock.Now().Add(e.cfg.RetryPeriod / 4)
+	if s.term != nil {
+		// Two conflicts in a row: back off instead of spinning on the Lease.
+		s.retryAt = e.clock.Now().Add(e.cfg.RetryPeriod / 4)
+	}
 }
 
 // refresh re-reads the Lease. Its answer is authoritative.

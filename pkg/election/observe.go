@@ -52,7 +52,12 @@ func (e *Elector) observe(l *coordinationv1.Lease, authoritative bool) {
 	if t := s.term; t != nil {
 		switch {
 		case uidOf(l) != t.uid:
+			validTerm := e.clock.Now().Before(t.validUntil)
 			e.loseTerm(LossRecreated)
+			// Deleted and put back as our own record while our term was
+			// valid (we learned it from a GET, before the deletion event):
+			// nobody else can hold a valid token, take it back at once.
+			s.ownDeletion = validTerm && ownRecord(s, l)
 		case holderOf(l) != s.identity:
 			e.loseTerm(LossTaken)
 		}
@@ -65,6 +70,12 @@ func (e *Elector) observe(l *coordinationv1.Lease, authoritative bool) {
 // seen: a later acquisition must issue a token above it.
 func (e *Elector) observeDeleted(last *coordinationv1.Lease) {
 	s := &e.st
+	if last != nil && s.obs != nil && uidOf(last) != uidOf(s.obs) && older(last, s.obs) {
+		// The deletion of an earlier Lease, arriving after we already saw
+		// its successor (from a GET): only its count matters.
+		s.maxSeen = max(s.maxSeen, transitionsOf(last))
+		return
+	}
 	now := e.clock.Now()
 	gone := newest(last, s.obs)
 	if gone == nil {

@@ -231,6 +231,30 @@ func TestExLeaderTakesBackItsRestoredLeaseAtOnce(t *testing.T) {
 	wantLeads(t, b, 7)
 }
 
+func TestLeaderThatFindsItsLeaseRecreatedAsItsOwnRecordTakesItBackAtOnce(t *testing.T) {
+	api := newFakeAPI(t, heldLease("", 5))
+	b := api.stepped("b").seesStored()
+	f := api.stepped("f").seesStored()
+	b.step()
+	api.catchUp(f)
+	last := api.lease()
+	api.deleteLease()
+	f.seesDeleted(last)
+	f.step()
+	wantCalls(t, api, "b leads, f restores", "update", "create")
+	// b has not seen the deletion; its renew finds the restored Lease.
+	api.clock.Step(rp)
+	b.step()
+	wantCalls(t, api, "b's renew conflicts, b reads the Lease and takes it back at once", "update", "get", "update")
+	wantLeads(t, b, 7)
+	// The deletion event arrives late: it is about the old Lease.
+	b.seesDeleted(last)
+	wantLeads(t, b, 7)
+	if b.st.obs == nil || !b.st.notBefore.IsZero() {
+		t.Fatalf("the late deletion of the old Lease was applied: obs %v, notBefore %v", b.st.obs, b.st.notBefore)
+	}
+}
+
 func TestFollowerRaisesALoweredCountKeepingTheHolder(t *testing.T) {
 	api := newFakeAPI(t, heldLease("a", 7))
 	b := api.stepped("b").seesStored()
