@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The chaos soak (not part of CI): 5 elector-sidecar candidates on one Lease against a local etcd +
-# kube-apiserver, a fenced writer per candidate writing as fast as it can, and random SIGKILL,
-# SIGSTOP+SIGCONT, SIGTERM, restarts, apiserver restarts and Lease deletions. Prints writes
-# attempted/accepted/rejected as stale, leader changes, the max token and the invariant results;
-# exits non-zero if an invariant broke.
+# kube-apiserver, each through its own local TCP proxy, a fenced writer per candidate writing as fast
+# as it can, and random SIGKILL, SIGSTOP+SIGCONT, SIGTERM, restarts, apiserver restarts, Lease
+# deletions, the Lease deleted during a handoff (leader SIGTERMed, Lease deleted as the followers
+# race), and the leader cut off from the apiserver (its proxy blackholed) while the Lease is deleted
+# and a brand-new candidate starts. Prints writes attempted/accepted/rejected as stale, leader
+# changes, the max token and the invariant results (among them: no two processes ever served the
+# same token value); exits non-zero if an invariant broke.
 #
 #   hack/chaos.sh [DURATION] [test/chaos flags...]     DURATION default 2m, e.g. hack/chaos.sh 10m --seed 42
 set -o errexit -o nounset -o pipefail

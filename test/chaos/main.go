@@ -3,13 +3,19 @@
 // kube-apiserver, a fenced writer per candidate that writes with its token as
 // fast as it can, and random faults: SIGKILL, SIGSTOP+SIGCONT (the writer is
 // frozen with its token too, and writes late), SIGTERM, restarts with the
-// same identity, apiserver restarts and Lease deletions. At the end it prints
-// the counts and checks the invariants:
+// same identity, apiserver restarts, Lease deletions, the Lease deleted
+// during a handoff (the leader SIGTERMed and the Lease deleted the moment its
+// release lands, or a follower's acquire, while the followers race), and the
+// leader cut off from the apiserver while the Lease is deleted and a brand-new
+// candidate starts. Every candidate reaches the apiserver through its own
+// local TCP proxy (framework.TCPProxy), which the soak can blackhole. At the
+// end it prints the counts and checks the invariants:
 //
 //  1. the store never accepted a write with a token lower than one it had accepted before;
 //  2. no two processes ever served a valid token at overlapping instants (the /token sampler);
 //  3. tokens served later are greater (the sampler, per term);
-//  4. every accepted token was used by one process only.
+//  4. every accepted token was used by one process only;
+//  5. no two processes ever served the same token value (the sampler, over the whole run).
 //
 // It exits 1 if an invariant broke, 2 on bad flags.
 package main
@@ -20,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -79,8 +86,14 @@ func main() {
 
 // slot is one candidate identity: its current process and its writer's state.
 type slot struct {
-	id      string
+	id string
+	// kubeconfig points at proxy, this identity's way to the apiserver.
+	kubeconfig string
+	proxy      *framework.TCPProxy
+	newcomer   bool // started by a partition-delete fault; retired after it
+
 	mu      sync.Mutex
+	retired bool          // a newcomer that was stopped for good: its writer ends
 	down    bool          // killed or terminated, waiting for its restart
 	paused  bool          // SIGSTOPped
 	resume  chan struct{} // closed on SIGCONT
@@ -103,6 +116,17 @@ type soak struct {
 	url    string
 	slots  []*slot
 	faults sync.Map // kind -> *atomic.Int64
+	// upstream is the apiserver's host:port, behind every candidate's proxy.
+	upstream string
+	logDir   string
+
+	// writers: one per slot, and one per newcomer while it runs.
+	wctx    context.Context
+	writers sync.WaitGroup
+
+	newcomerMu  sync.Mutex
+	newcomers   []*slot
+	partitioned atomic.Bool // a partition-delete fault is in progress
 
 	attempted, accepted, stale, writeErrs atomic.Int64
 	apiDown                               atomic.Bool
@@ -134,6 +158,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	s.logDir = logDir
 	s.logf("chaos soak: %d candidates, %v of faults (mean every %v), seed %d, timings %+v; logs in %s",
 		o.candidates, o.duration, o.faultEvery, o.seed, o.timings, logDir)
 	bins, err := framework.BuildBinaries(framework.SidecarPackage)
@@ -150,6 +175,11 @@ func run(ctx context.Context, o options) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	u, err := url.Parse(s.cp.APIServerURL())
+	if err != nil {
+		return false, err
+	}
+	s.upstream = u.Host
 
 	s.store = httpstore.NewServer(fencing.NewMemory())
 	var stopStore func()
@@ -167,11 +197,17 @@ func run(ctx context.Context, o options) (bool, error) {
 		Timings:    o.timings,
 		LogDir:     logDir,
 	})
-	defer s.g.StopAll(3 * time.Second)
+	defer func() {
+		s.g.StopAll(3 * time.Second)
+		s.closeProxies() // after the candidates, so they can release on the way out
+	}()
 	for i := 0; i < o.candidates; i++ {
-		sl := &slot{id: fmt.Sprintf("cand-%d", i)}
+		sl, err := s.newSlot(fmt.Sprintf("cand-%d", i), false)
+		if err != nil {
+			return false, err
+		}
 		s.slots = append(s.slots, sl)
-		if _, err := s.g.Start(ctx, sl.id); err != nil {
+		if _, err := s.startSlot(ctx, sl); err != nil {
 			return false, err
 		}
 	}
@@ -181,10 +217,9 @@ func run(ctx context.Context, o options) (bool, error) {
 	s.logf("first leader elected; starting writers and faults")
 
 	wctx, stopWriters := context.WithCancel(context.Background())
-	var writers sync.WaitGroup
+	s.wctx = wctx
 	for _, sl := range s.slots {
-		writers.Add(1)
-		go func(sl *slot) { defer writers.Done(); s.writer(wctx, sl) }(sl)
+		s.startWriter(sl)
 	}
 
 	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
@@ -200,7 +235,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	time.Sleep(o.timings.LeaseDuration)
 	stopWriters()
-	writers.Wait()
+	s.writers.Wait()
 	s.g.Sampler.Stop()
 
 	ok := s.report()
@@ -224,6 +259,12 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 	for ctx.Err() == nil {
 		c := s.g.Get(sl.id)
 		if c == nil || c.Exited() {
+			sl.mu.Lock()
+			retired := sl.retired
+			sl.mu.Unlock()
+			if retired {
+				return
+			}
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
@@ -252,7 +293,7 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 		seq++
 		s.attempted.Add(1)
 		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
-		err := client.Write(wctx, r.Token, []byte(fmt.Sprintf("%s #%d token %d", c.Instance, seq, r.Token)))
+		err := client.WriteToken(wctx, fencing.Token{Value: r.Token, LeaseUID: r.LeaseUID}, []byte(fmt.Sprintf("%s #%d token %d", c.Instance, seq, r.Token)))
 		wcancel()
 		switch {
 		case err == nil:
@@ -334,8 +375,8 @@ func (s *soak) up() int {
 }
 
 func (s *soak) inject(ctx context.Context) {
-	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete"}
-	weights := []int{3, 3, 2, 2, 1, 1}
+	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete"}
+	weights := []int{3, 3, 2, 2, 1, 1, 3, 2}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -384,6 +425,9 @@ func (s *soak) inject(ctx context.Context) {
 		err := s.cp.Client.CoordinationV1().Leases(s.ns).Delete(dctx, "chaos", metav1.DeleteOptions{})
 		cancel()
 		s.logf("fault: Lease deleted (%v)", err)
+		return
+	case "handoff-delete", "partition-delete":
+		s.injectDeletion(ctx, kind)
 		return
 	}
 	sl := s.pick(ctx)
@@ -475,7 +519,7 @@ func (s *soak) lateWrite(instance string, token int64) {
 func (s *soak) restart(sl *slot) {
 	for attempt := 0; attempt < 3; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := s.g.Start(ctx, sl.id)
+		_, err := s.startSlot(ctx, sl)
 		cancel()
 		if err == nil {
 			break
@@ -537,7 +581,7 @@ func (s *soak) report() bool {
 	fmt.Println("==== chaos soak results ====")
 	fmt.Printf("duration            %v (faults for %v, seed %d)\n", time.Since(s.start).Round(time.Second), s.o.duration, s.o.seed)
 	fmt.Printf("faults              %s\n", strings.Join(faultNames, ", "))
-	fmt.Printf("processes started   %d\n", len(s.g.All()))
+	fmt.Printf("processes started   %d (newcomers %d)\n", len(s.g.All()), len(s.newcomerList()))
 	fmt.Printf("writes attempted    %d\n", s.attempted.Load())
 	fmt.Printf("writes accepted     %d\n", s.accepted.Load())
 	fmt.Printf("rejected as stale   %d\n", s.stale.Load())
@@ -616,6 +660,13 @@ func (s *soak) report() bool {
 	}
 	sort.Strings(p4)
 	check("every accepted token came from one process", p4)
+
+	// 5. one process per served token value, over the whole run.
+	var p5 []string
+	for _, v := range framework.CheckDistinctTokens(samples, s.g.Sampler.Start) {
+		p5 = append(p5, v.Detail)
+	}
+	check("no two processes ever served the same token value", p5)
 	if !ok {
 		fmt.Println("terms:")
 		fmt.Print(framework.FormatTerms(terms, s.g.Sampler.Start))

@@ -26,7 +26,12 @@
 //   - Sampler: polls GET /token of every process concurrently on one
 //     monotonic clock; Terms groups the valid answers per process and token,
 //     CheckNoOverlap fails if two processes' [first sent, last received]
-//     windows intersect, CheckTokenOrder if a later term's token is not greater.
+//     windows intersect, CheckTokenOrder if a later term's token is not greater,
+//     CheckDistinctTokens if two processes ever served the same token value;
+//     Check runs all three.
+//   - TCPProxy, WriteProxiedKubeconfig: a per-candidate proxy in front of the
+//     apiserver that can be cut (stall or reset connections) and healed, to
+//     partition one candidate from the apiserver.
 //   - Poll, Eventually, Consistently: every wait of the test modules (and of
 //     the framework), on k8s.io/apimachinery's wait.PollUntilContextTimeout;
 //     tests wait on conditions, never on sleeps.
@@ -49,5 +54,5 @@
 //	leader.Terminate()
 //	next, tok2, err := g.WaitForLeader(ctx, 10*time.Second, leader)
 //	g.Sampler.Stop()
-//	err = g.Sampler.Check() // overlap + token order
+//	err = g.Sampler.Check() // overlap, token order, one process per token value
 package framework

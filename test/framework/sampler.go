@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -238,16 +239,20 @@ func CheckTokenOrder(terms []Term, start time.Time) []Violation {
 	return vs
 }
 
-// Check stops nothing; it checks both invariants over all samples so far and
-// returns an error describing every violation (nil if none).
+// Check stops nothing; it checks the three invariants over all samples so
+// far (no overlap of valid tokens, tokens served later are greater, no token
+// value served by two processes) and returns an error describing every
+// violation (nil if none).
 func (s *Sampler) Check() error {
-	terms := s.Terms()
+	samples := s.Samples()
+	terms := TermsOf(samples)
 	vs := append(CheckNoOverlap(terms, s.Start), CheckTokenOrder(terms, s.Start)...)
+	vs = append(vs, CheckDistinctTokens(samples, s.Start)...)
 	if len(vs) == 0 {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d invariant violation(s) in %d samples:\n", len(vs), len(s.Samples()))
+	fmt.Fprintf(&b, "%d invariant violation(s) in %d samples:\n", len(vs), len(samples))
 	for i, v := range vs {
 		if i == 20 {
 			fmt.Fprintf(&b, "  ... and %d more\n", len(vs)-20)
@@ -293,4 +298,69 @@ func (s *Sampler) FirstValidAfter(t time.Time, exclude ...string) (Sample, bool)
 		}
 	}
 	return best, found
+}
+
+// CheckDistinctTokens returns one violation per token value that valid
+// samples of more than one target carried: over the whole run a token value
+// may be served by one process only (the same process keeps it across blips).
+// Unlike CheckTokenOrder it does not depend on the order of the terms, so it
+// also catches two processes serving the same value at overlapping instants,
+// and it names the Lease UIDs each served it under (the same value under two
+// UIDs means a deleted Lease's count was issued again on its successor).
+func CheckDistinctTokens(samples []Sample, start time.Time) []Violation {
+	type served struct {
+		first, last time.Time
+		count       int
+		uids        []string
+	}
+	byToken := map[int64]map[string]*served{}
+	for _, x := range samples {
+		if !x.Valid() {
+			continue
+		}
+		ts := byToken[x.Token]
+		if ts == nil {
+			ts = map[string]*served{}
+			byToken[x.Token] = ts
+		}
+		sv := ts[x.Target]
+		if sv == nil {
+			sv = &served{first: x.Sent, last: x.Received}
+			ts[x.Target] = sv
+		}
+		if x.Sent.Before(sv.first) {
+			sv.first = x.Sent
+		}
+		if x.Received.After(sv.last) {
+			sv.last = x.Received
+		}
+		sv.count++
+		if !slices.Contains(sv.uids, x.LeaseUID) {
+			sv.uids = append(sv.uids, x.LeaseUID)
+		}
+	}
+	var tokens []int64
+	for tok, ts := range byToken {
+		if len(ts) > 1 {
+			tokens = append(tokens, tok)
+		}
+	}
+	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
+	var vs []Violation
+	for _, tok := range tokens {
+		ts := byToken[tok]
+		targets := make([]string, 0, len(ts))
+		for t := range ts {
+			targets = append(targets, t)
+		}
+		sort.Slice(targets, func(i, j int) bool { return ts[targets[i]].first.Before(ts[targets[j]].first) })
+		parts := make([]string, 0, len(targets))
+		for _, t := range targets {
+			sv := ts[t]
+			parts = append(parts, fmt.Sprintf("%s (Lease UID %s, [%s..%s], %d samples)", t, strings.Join(sv.uids, ","),
+				rel(sv.first, start), rel(sv.last, start), sv.count))
+		}
+		vs = append(vs, Violation{Kind: "same-token", Detail: fmt.Sprintf("token %d served by %d processes: %s", tok, len(targets), strings.Join(parts, " and "))})
+	}
+	return vs
 }

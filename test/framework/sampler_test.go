@@ -99,3 +99,57 @@ func TestLineWriter(t *testing.T) {
 		t.Fatalf("lines %q", got)
 	}
 }
+
+// uidAt is at with the Lease UID the token was served under.
+func uidAt(target string, sent, recv int, status int, token int64, uid string) Sample {
+	s := at(target, sent, recv, status, token)
+	s.LeaseUID = uid
+	return s
+}
+
+func TestCheckDistinctTokens(t *testing.T) {
+	start := time.Unix(1000, 0)
+	tests := []struct {
+		name    string
+		samples []Sample
+		want    []string // substrings of each violation's detail, in order
+	}{
+		{"each token one process", []Sample{uidAt("a", 0, 1, ok, 1, "u1"), uidAt("b", 10, 11, ok, 2, "u1"), uidAt("a#2", 20, 21, ok, 3, "u2")}, nil},
+		{"same process keeps its token after a blip", []Sample{uidAt("a", 0, 1, ok, 3, "u1"), at("a", 5, 6, no, 0), uidAt("a", 10, 11, ok, 3, "u1")}, nil},
+		{"refusals carry no token", []Sample{uidAt("a", 0, 1, ok, 3, "u1"), at("b", 5, 6, no, 3), at("c", 5, 6, http.StatusServiceUnavailable, 3)}, nil},
+		{"same token under two Lease UIDs, at once", []Sample{
+			uidAt("b", 0, 1, ok, 5, "old"), uidAt("c", 2, 3, ok, 5, "new"), uidAt("b", 10, 11, ok, 5, "old"), uidAt("c", 12, 13, ok, 5, "new"),
+		}, []string{"token 5 served by 2 processes: b (Lease UID old, [+0ms..+11ms], 2 samples) and c (Lease UID new, [+2ms..+13ms], 2 samples)"}},
+		{"restarted process serves its predecessor's token later", []Sample{uidAt("a#1", 0, 1, ok, 4, "u"), uidAt("b", 10, 11, ok, 6, "u"), uidAt("a#2", 20, 21, ok, 4, "u")},
+			[]string{"token 4 served by 2 processes: a#1 (Lease UID u, [+0ms..+1ms], 1 samples) and a#2"}},
+		{"every duplicated value is reported once, lowest first", []Sample{
+			uidAt("a", 0, 1, ok, 2, "u"), uidAt("b", 5, 6, ok, 2, "v"), uidAt("c", 7, 8, ok, 2, "w"), uidAt("a", 9, 10, ok, 1, "u"), uidAt("b", 11, 12, ok, 1, "v"),
+		}, []string{"token 1 served by 2 processes", "token 2 served by 3 processes"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			vs := CheckDistinctTokens(tt.samples, start)
+			if len(vs) != len(tt.want) {
+				t.Fatalf("violations %v, want %d", vs, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if vs[i].Kind != "same-token" || !strings.Contains(vs[i].Detail, w) {
+					t.Fatalf("violation %d = %v, want kind same-token containing %q", i, vs[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestSamplerCheckReportsATokenValueServedByTwoProcesses(t *testing.T) {
+	s := &Sampler{Start: time.Unix(1000, 0)}
+	s.samples = []Sample{uidAt("a", 0, 1, ok, 7, "u1"), uidAt("b", 10, 11, ok, 8, "u1")}
+	if err := s.Check(); err != nil {
+		t.Fatalf("distinct tokens: %v", err)
+	}
+	s.samples = append(s.samples, uidAt("c", 20, 21, ok, 8, "u2"))
+	err := s.Check()
+	if err == nil || !strings.Contains(err.Error(), "same-token") || !strings.Contains(err.Error(), "terms:") {
+		t.Fatalf("err = %v, want the duplicated token value and the terms", err)
+	}
+}
