@@ -19,9 +19,10 @@ func ExampleFence_WriteToken() {
 	var t localapi.TokenResponse // the /token answer of a pod that leads
 	t.Token, t.LeaseUID = 7, "4f0c9b52"
 	// README begin
-	f := fencing.New(fencing.NewMemory())                                                          // or your Store: a SQL row with a version column, an etcd key, ...
-	err := f.WriteToken(ctx, fencing.Token{Value: t.Token, LeaseUID: t.LeaseUID}, []byte("value")) // t: the /token answer
-	if errors.Is(err, fencing.ErrStaleToken) {                                                     // *fencing.StaleTokenError{Token, Highest, LeaseUID, HighestLeaseUID}
+	f := fencing.New(fencing.NewMemory())                      // or your Store: a SQL row with a version column, an etcd key, ...
+	tok := fencing.Token{Value: t.Token, LeaseUID: t.LeaseUID} // t: the /token answer
+	err := f.WriteToken(ctx, tok, []byte("value"))
+	if errors.Is(err, fencing.ErrStaleToken) { // *fencing.StaleTokenError{Token, Highest, LeaseUID, HighestLeaseUID}
 		// a newer leader has written (or this value came from another Lease): this process is stale and must stop
 	}
 	// README end
