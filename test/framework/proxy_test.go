@@ -62,21 +62,29 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func TestTCPProxyBlackholeStallsAndHeals(t *testing.T) {
+// proxiedEcho starts an echo server behind a proxy and one connection
+// through it that has carried a line (all closed when the test ends).
+func proxiedEcho(t *testing.T) (*TCPProxy, net.Conn, *bufio.Reader) {
+	t.Helper()
 	p, err := StartTCPProxy(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { _ = p.Close() })
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	r := bufio.NewReader(c)
 	if got, err := roundTrip(c, r, "one", 5*time.Second); err != nil || got != "one" {
 		t.Fatalf("through the open proxy: %q, %v", got, err)
 	}
+	return p, c, r
+}
+
+func TestTCPProxyBlackholeStallsAndHeals(t *testing.T) {
+	p, c, r := proxiedEcho(t)
 
 	p.Blackhole(false)
 	if !p.Blackholed() {
@@ -113,20 +121,7 @@ func TestTCPProxyBlackholeStallsAndHeals(t *testing.T) {
 }
 
 func TestTCPProxyBlackholeDropsConnections(t *testing.T) {
-	p, err := StartTCPProxy(echoServer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	if got, err := roundTrip(c, r, "one", 5*time.Second); err != nil || got != "one" {
-		t.Fatalf("through the open proxy: %q, %v", got, err)
-	}
+	p, c, r := proxiedEcho(t)
 	p.Blackhole(true)
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := r.ReadString('\n'); err == nil || isTimeout(err) {

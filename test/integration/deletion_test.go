@@ -100,13 +100,13 @@ func TestLeaseDeletedDuringHandoffNeverDuplicatesToken(t *testing.T) {
 		}
 
 		// The release lands: holder empty on the same Lease.
-		released := nextEvent(t, w, 5*time.Second, fmt.Sprintf("round %d: the release by %s", round, leader.Instance), func(l *coordinationv1.Lease) bool {
+		released := nextEvent(t, w, watch.Modified, 5*time.Second, fmt.Sprintf("round %d: the release by %s", round, leader.Instance), func(l *coordinationv1.Lease) bool {
 			return framework.HolderOf(l) == ""
 		})
 		trigger := "release"
 		var frozen *framework.Candidate
 		if onAcquire {
-			acq := nextEvent(t, w, 5*time.Second, fmt.Sprintf("round %d: a follower's acquire after the release", round), func(l *coordinationv1.Lease) bool {
+			acq := nextEvent(t, w, watch.Modified, 5*time.Second, fmt.Sprintf("round %d: a follower's acquire after the release", round), func(l *coordinationv1.Lease) bool {
 				return framework.HolderOf(l) != "" && framework.TransitionsOf(l) > framework.TransitionsOf(released)
 			})
 			trigger = "acquire"
@@ -128,7 +128,7 @@ func TestLeaseDeletedDuringHandoffNeverDuplicatesToken(t *testing.T) {
 		}
 		deletedAt := time.Now()
 		// The DELETED event carries the Lease as it was when it went.
-		gone := nextEventOfType(t, w, watch.Deleted, 5*time.Second, fmt.Sprintf("round %d: the deletion", round))
+		gone := nextEvent(t, w, watch.Deleted, 5*time.Second, fmt.Sprintf("round %d: the deletion", round), nil)
 		w.Stop()
 		if frozen != nil {
 			// Deliberate: the freeze's length is the scenario (the frozen
@@ -198,10 +198,11 @@ func TestLeaseDeletedDuringHandoffNeverDuplicatesToken(t *testing.T) {
 	g.waitSampledSince(time.Now())
 }
 
-// nextEvent reads w until an ADDED or MODIFIED event whose Lease satisfies
-// match, and returns that Lease; it fails the test on a deletion, an error
-// event, a closed watch or timeout.
-func nextEvent(t *testing.T, w watch.Interface, timeout time.Duration, what string, match func(*coordinationv1.Lease) bool) *coordinationv1.Lease {
+// nextEvent reads w until an event of type typ whose Lease satisfies match
+// (nil: any), and returns that Lease. It fails the test on an error event, a
+// closed watch, a timeout, and, when waiting for anything but a deletion, on
+// a deletion by someone else.
+func nextEvent(t *testing.T, w watch.Interface, typ watch.EventType, timeout time.Duration, what string, match func(*coordinationv1.Lease) bool) *coordinationv1.Lease {
 	t.Helper()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -215,36 +216,13 @@ func nextEvent(t *testing.T, w watch.Interface, timeout time.Duration, what stri
 			switch {
 			case ev.Type == watch.Error || !isLease:
 				t.Fatalf("%s: watch event %s %v", what, ev.Type, ev.Object)
-			case ev.Type == watch.Deleted:
+			case ev.Type == watch.Deleted && typ != watch.Deleted:
 				t.Fatalf("%s: the Lease was deleted by someone else", what)
-			case match(l):
+			case (ev.Type == typ || typ == watch.Modified && ev.Type == watch.Added) && (match == nil || match(l)):
 				return l
 			}
 		case <-timer.C:
 			t.Fatalf("%s: not seen within %v", what, timeout)
-		}
-	}
-}
-
-// nextEventOfType reads w until an event of type typ and returns its Lease.
-func nextEventOfType(t *testing.T, w watch.Interface, typ watch.EventType, timeout time.Duration, what string) *coordinationv1.Lease {
-	t.Helper()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatalf("%s: the watch closed", what)
-			}
-			if ev.Type == watch.Error {
-				t.Fatalf("%s: watch error %v", what, ev.Object)
-			}
-			if l, isLease := ev.Object.(*coordinationv1.Lease); isLease && ev.Type == typ {
-				return l
-			}
-		case <-timer.C:
-			t.Fatalf("%s: no %s event within %v", what, typ, timeout)
 		}
 	}
 }
