@@ -145,15 +145,7 @@ func TestEndpoints(t *testing.T) {
 func TestLeaderETag(t *testing.T) {
 	el := &fakeElector{status: leading, alive: true}
 	h := NewHandler(el, nil)
-	get := func(ifNoneMatch string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", "/leader", nil)
-		if ifNoneMatch != "" {
-			req.Header.Set("If-None-Match", ifNoneMatch)
-		}
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
+	get := func(ifNoneMatch string) *httptest.ResponseRecorder { return getLeader(h, ifNoneMatch) }
 	first := get("").Header().Get("ETag")
 	if first == "" {
 		t.Fatal("no ETag")

@@ -13,11 +13,17 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 )
 
-func TestClientServerSequence(t *testing.T) {
+// startServer runs a store server on a test listener and a client of it.
+func startServer(t *testing.T) (*Server, *Client) {
+	t.Helper()
 	srv := NewServer(nil)
 	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	c := NewClient(ts.URL, "tester")
+	t.Cleanup(ts.Close)
+	return srv, NewClient(ts.URL, "tester")
+}
+
+func TestClientServerSequence(t *testing.T) {
+	srv, c := startServer(t)
 	ctx := context.Background()
 
 	steps := []struct {
@@ -149,10 +155,7 @@ func TestConcurrentWritersCommitOrder(t *testing.T) {
 // recorded next to it, read back, and a reissued value under another Lease
 // is rejected with both UIDs in the error.
 func TestLeaseUIDRoundTrip(t *testing.T) {
-	srv := NewServer(nil)
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	c := NewClient(ts.URL, "tester")
+	srv, c := startServer(t)
 	ctx := context.Background()
 	steps := []struct {
 		token     fencing.Token
