@@ -5,6 +5,10 @@ package tools
 
 import (
 	_ "github.com/go-logr/logr"
+	_ "github.com/jackc/pgx/v5"
+	_ "github.com/redis/go-redis/v9"
+	_ "go.uber.org/goleak"
+	_ "k8s.io/cli-runtime/pkg/genericclioptions"
 	_ "github.com/prometheus/client_golang/prometheus"
 	_ "k8s.io/api/coordination/v1"
 	_ "k8s.io/apimachinery/pkg/api/errors"
