@@ -210,6 +210,11 @@ func (e *Elector) stepDown(ctx context.Context, why string) error {
 		s.holdOff = e.clock.Now().Add(e.cfg.LeaseDuration)
 		s.unreleased = true
 		e.metrics.releases.Inc()
+		if e.cfg.BeforeRelease != nil {
+			hookCtx, cancel := context.WithTimeout(ctx, BeforeReleaseTimeout)
+			e.cfg.BeforeRelease(hookCtx)
+			cancel()
+		}
 	}
 	if s.pendingToken > 0 {
 		// Only a GET tells whether that acquire landed.

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -60,7 +61,20 @@ type Config struct {
 	// Recorder, if set, gets a Kubernetes Event on the Lease for every
 	// leadership change of this candidate (as client-go's elector does).
 	Recorder record.EventRecorder
+
+	// StartWithdrawn, if set, starts the candidate out of the election with
+	// this reason (e.g. "app not healthy yet") until SetCandidate(true).
+	StartWithdrawn string
+	// BeforeRelease, if set, runs in the loop after a leader's token has
+	// stopped and before the Lease is written free (graceful release,
+	// withdrawal, shutdown), with a context bounded by BeforeReleaseTimeout:
+	// e.g. remove a leader label from this pod first. It must return when
+	// the context ends; the release goes on whatever it did.
+	BeforeRelease func(ctx context.Context)
 }
+
+// BeforeReleaseTimeout bounds Config.BeforeRelease.
+const BeforeReleaseTimeout = 300 * time.Millisecond
 
 // LeaseKey returns "namespace/name".
 func (c *Config) LeaseKey() string { return c.Namespace + "/" + c.Name }

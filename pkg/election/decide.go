@@ -74,9 +74,15 @@ type state struct {
 	unreleased   bool  // a release write failed: the Lease may still name our ended term
 	holdOff      time.Time
 	retryAt      time.Time // after a failed write, nothing before this
-	needRefresh  bool      // a write lost a race: obs is stale
-	refreshAt    time.Time
-	identity     string
+
+	// Candidacy: a candidate that withdrew (e.g. its app is unhealthy)
+	// never acquires; one released "for" a while acquires no earlier than
+	// outUntil. Both still restore and raise: that keeps the holder.
+	withdrawn   string // why this process is out of the election; "": it campaigns
+	outUntil    time.Time
+	needRefresh bool // a write lost a race: obs is stale
+	refreshAt   time.Time
+	identity    string
 }
 
 // phase names the state for logs and the diagram.
@@ -135,7 +141,10 @@ func decide(s *state, c *Config, now time.Time) decision {
 	if s.obs != nil && s.maxSeen > transitionsOf(s.obs) {
 		return decision{action: actRaise}
 	}
-	at := acquireAt(s, c)
+	if s.withdrawn != "" {
+		return decision{wake: wake}
+	}
+	at := laterOf(acquireAt(s, c), s.outUntil)
 	if !now.Before(at) {
 		return decision{action: actAcquire}
 	}

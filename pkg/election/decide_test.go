@@ -59,6 +59,22 @@ func TestDecide(t *testing.T) {
 		{name: "back-off after a failed write", state: state{synced: true, obs: lease("", 4, "u1", 3), maxSeen: 4, retryAt: at(time.Second)},
 			now: 0, want: decision{wake: at(time.Second)}},
 
+		// Candidacy.
+		{name: "withdrawn: a free Lease is not taken", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, withdrawn: "app unhealthy"},
+			now: time.Hour, want: decision{}},
+		{name: "withdrawn: an absent Lease is not created", state: state{synced: true, withdrawn: "app unhealthy"},
+			now: time.Hour, want: decision{}},
+		{name: "withdrawn: a lower count is still raised (the holder is kept)", state: state{synced: true, obs: lease("other", 4, "u1", 3), obsTime: at(0), maxSeen: 6, withdrawn: "app unhealthy"},
+			now: 0, want: decision{action: actRaise}},
+		{name: "withdrawn: a deleted Lease is still restored as it was", state: state{synced: true, everSeen: true, restoreFrom: lease("other", 6, "u1", 3), maxSeen: 6, withdrawn: "app unhealthy"},
+			now: 0, want: decision{action: actRestore}},
+		{name: "released for a while: a free Lease waits until then", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, outUntil: at(5 * time.Minute)},
+			now: time.Second, want: decision{wake: at(5 * time.Minute)}},
+		{name: "released for a while: taken after it", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, outUntil: at(5 * time.Minute)},
+			now: 5 * time.Minute, want: decision{action: actAcquire}},
+		{name: "released for a while: even our own deleted term waits", state: state{synced: true, everSeen: true, ownDeletion: true, lastToken: 6, lastTermUID: "u1", maxSeen: 6, outUntil: at(time.Minute)},
+			now: 0, want: decision{wake: at(time.Minute)}},
+
 		// Counting: a follower that saw more than the Lease shows writes it back first.
 		{name: "raise a count lower than the highest seen", state: state{synced: true, obs: lease("other", 4, "u1", 3), obsTime: at(0), maxSeen: 6},
 			now: 0, want: decision{action: actRaise}},

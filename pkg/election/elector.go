@@ -10,6 +10,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
@@ -49,10 +50,14 @@ type Elector struct {
 
 	snap    atomic.Pointer[snapshot]
 	notify  chan struct{}
-	release chan chan error
+	control chan control
 	done    chan struct{}
-	started atomic.Bool
-	alive   atomic.Bool
+
+	changeMu sync.Mutex
+	changed  chan struct{} // closed when Status may have changed
+	nextFlip chan time.Time
+	started  atomic.Bool
+	alive    atomic.Bool
 
 	inboxMu sync.Mutex
 	inbox   []observation
@@ -78,14 +83,16 @@ func New(cfg Config) (*Elector, error) {
 		return nil, errors.New("invalid election config: client must be set")
 	}
 	e := &Elector{
-		cfg:     cfg,
-		clock:   cfg.Clock,
-		log:     cfg.Logger,
-		leases:  cfg.Client.CoordinationV1().Leases(cfg.Namespace),
-		notify:  make(chan struct{}, 1),
-		release: make(chan chan error),
-		done:    make(chan struct{}),
-		st:      state{identity: cfg.Identity},
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		leases:   cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		notify:   make(chan struct{}, 1),
+		control:  make(chan control),
+		done:     make(chan struct{}),
+		changed:  make(chan struct{}),
+		nextFlip: make(chan time.Time, 1),
+		st:       state{identity: cfg.Identity, withdrawn: cfg.StartWithdrawn},
 	}
 	if e.clock == nil {
 		e.clock = clock.RealClock{}
@@ -142,6 +149,10 @@ func (e *Elector) Run(ctx context.Context) error {
 		return err
 	}
 
+	flipCtx, stopFlips := context.WithCancel(context.Background())
+	defer stopFlips()
+	go e.signalFlips(flipCtx)
+
 	timer := e.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -164,13 +175,13 @@ func (e *Elector) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-e.notify:
 			e.drainInbox()
-		case reply := <-e.release:
+		case req := <-e.control:
 			if ctx.Err() != nil {
-				reply <- shutdown()
+				req.reply <- shutdown()
 				return nil
 			}
-			relCtx, cancel := context.WithTimeout(writeCtx, e.cfg.RenewDeadline)
-			reply <- e.stepDown(relCtx, "released on request")
+			reqCtx, cancel := context.WithTimeout(writeCtx, e.cfg.RenewDeadline)
+			req.reply <- req.do(reqCtx)
 			cancel()
 		case <-timer.C():
 		}
@@ -202,26 +213,93 @@ func (e *Elector) process(ctx, writeCtx context.Context) time.Time {
 	return e.st.retryAt
 }
 
-// Release asks the loop to step down: the token stops at once, then the
-// Lease is written free. Not being the leader is not an error.
-func (e *Elector) Release(ctx context.Context) error {
+// control is a request run by the loop between its actions.
+type control struct {
+	do    func(ctx context.Context) error
+	reply chan error
+}
+
+// inLoop runs do in the loop and returns its error (see Release for the
+// errors of a request the loop did not take or did not finish in time).
+func (e *Elector) inLoop(ctx context.Context, do func(ctx context.Context) error) error {
 	if !e.alive.Load() {
 		return ErrNotRunning
 	}
-	reply := make(chan error, 1)
+	req := control{do: do, reply: make(chan error, 1)}
 	select {
-	case e.release <- reply:
+	case e.control <- req:
 	case <-e.done:
 		return ErrNotRunning
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrReleaseNotProcessed, ctx.Err())
 	}
 	select {
-	case err := <-reply:
+	case err := <-req.reply:
 		return err
 	case <-ctx.Done():
 		return fmt.Errorf("%w: %w", ErrReleaseUnconfirmed, ctx.Err())
 	}
+}
+
+// Release asks the loop to step down: the token stops at once, then the
+// Lease is written free. Not being the leader is not an error. The pod
+// does not take the Lease back for one lease duration.
+func (e *Elector) Release(ctx context.Context) error {
+	return e.ReleaseFor(ctx, 0)
+}
+
+// ReleaseFor is Release, and keeps this candidate out of the election for
+// d (maintenance); d <= 0 is Release. Status reports Candidate false until
+// then.
+func (e *Elector) ReleaseFor(ctx context.Context, d time.Duration) error {
+	why := "released on request"
+	if d > 0 {
+		why = fmt.Sprintf("released on request for %s", d)
+	}
+	return e.inLoop(ctx, func(ctx context.Context) error {
+		if d > 0 {
+			e.st.outUntil = laterOf(e.st.outUntil, e.clock.Now().Add(d))
+			e.publish()
+		}
+		return e.stepDown(ctx, why)
+	})
+}
+
+// SetCandidate takes this process out of the election (ok false, with the
+// reason: a leader stops its token at once and releases the Lease, a
+// follower stops campaigning) or puts it back (ok true). Each change is
+// logged and recorded as an Event on the Lease; the same call twice is a
+// no-op. Errors are Release's.
+func (e *Elector) SetCandidate(ctx context.Context, ok bool, reason string) error {
+	return e.inLoop(ctx, func(ctx context.Context) error {
+		s := &e.st
+		if ok {
+			if s.withdrawn == "" {
+				return nil
+			}
+			s.withdrawn = ""
+			e.publish()
+			e.log.Info("campaigning again", "reason", reason)
+			e.event(corev1.EventTypeNormal, "%s campaigns again: %s", e.cfg.Identity, reason)
+			return nil
+		}
+		if reason == "" {
+			reason = "withdrawn"
+		}
+		if s.withdrawn == reason {
+			return nil
+		}
+		wasLeader := s.term != nil
+		s.withdrawn = reason
+		e.publish()
+		e.log.Info("left the election", "reason", reason, "wasLeader", wasLeader)
+		if wasLeader {
+			e.event(corev1.EventTypeWarning, "%s stepped down: %s", e.cfg.Identity, reason)
+		} else {
+			e.event(corev1.EventTypeNormal, "%s left the election: %s", e.cfg.Identity, reason)
+		}
+		return e.stepDown(ctx, "stepped down: "+reason)
+	})
 }
 
 // Alive reports whether the election loop is running.

@@ -45,6 +45,8 @@ type fakeAPI struct {
 	clock  *testingclock.FakeClock
 	mu     sync.Mutex
 	next   int
+	// mutate, if set, changes every candidate's Config before New.
+	mutate func(*Config)
 }
 
 func newFakeAPI(t *testing.T, objs ...runtime.Object) *fakeAPI {
@@ -145,11 +147,15 @@ func (f *fakeAPI) newElector(id string, clk clock.WithTicker) (*Elector, *record
 	f.t.Helper()
 	reg := prometheus.NewRegistry()
 	events := record.NewFakeRecorder(1000)
-	e, err := New(Config{
+	cfg := Config{
 		Client: f.client, Namespace: ns, Name: leaseName, Identity: id,
 		LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp, ClockSkewMargin: skew,
 		Clock: clk, Logger: testLogger(), Registerer: reg, Recorder: events,
-	})
+	}
+	if f.mutate != nil {
+		f.mutate(&cfg)
+	}
+	e, err := New(cfg)
 	if err != nil {
 		f.t.Fatalf("New(%s): %v", id, err)
 	}

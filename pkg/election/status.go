@@ -1,6 +1,11 @@
 package election
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"k8s.io/utils/clock"
+)
 
 // snapshot is the loop's published state; immutable once stored.
 type snapshot struct {
@@ -14,6 +19,8 @@ type snapshot struct {
 	token       int64
 	lastToken   int64
 	validUntil  time.Time
+	withdrawn   string
+	outUntil    time.Time
 }
 
 // Status is what the local API serves, evaluated at one instant.
@@ -43,6 +50,11 @@ type Status struct {
 	ValidUntil time.Time
 	// LastToken is the token of this process's latest term (0: none yet).
 	LastToken int64
+	// Candidate: this process campaigns (it may acquire the Lease when it
+	// is free or expires). False after SetCandidate(false) (NotCandidate
+	// says why) or during ReleaseFor's time out.
+	Candidate    bool
+	NotCandidate string
 }
 
 // publish stores the loop's state for readers. Called only by the loop.
@@ -65,7 +77,75 @@ func (e *Elector) publish() {
 		s.validUntil = t.validUntil
 		s.leaseUID = t.uid
 	}
-	e.snap.Store(s)
+	s.withdrawn, s.outUntil = st.withdrawn, st.outUntil
+	if prev := e.snap.Swap(s); prev != nil && *prev == *s {
+		return
+	}
+	e.signalChange()
+	// Status also changes with no event when the token's validity or a
+	// time out of the election ends: signalFlips wakes readers then.
+	var flip time.Time
+	now := e.clock.Now()
+	if s.inTerm && s.validUntil.After(now) {
+		flip = s.validUntil
+	}
+	if s.outUntil.After(now) {
+		flip = earliest(flip, s.outUntil)
+	}
+	select {
+	case <-e.nextFlip:
+	default:
+	}
+	e.nextFlip <- flip
+}
+
+// Changed returns a channel that is closed when Status may have changed:
+// read Changed, then Status, then wait on the channel. It fires on every
+// change of the published state, and on the elector's clock when the
+// token's validity or a time out of the election runs out (which no Lease
+// event announces). Safe for concurrent use.
+func (e *Elector) Changed() <-chan struct{} {
+	e.changeMu.Lock()
+	defer e.changeMu.Unlock()
+	return e.changed
+}
+
+func (e *Elector) signalChange() {
+	e.changeMu.Lock()
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.changeMu.Unlock()
+}
+
+// signalFlips calls signalChange at the instants publish names (the latest
+// one wins), until ctx ends.
+func (e *Elector) signalFlips(ctx context.Context) {
+	var (
+		timer clock.Timer
+		fire  <-chan time.Time
+	)
+	stop := func() {
+		if timer != nil {
+			timer.Stop()
+			timer, fire = nil, nil
+		}
+	}
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case at := <-e.nextFlip:
+			stop()
+			if !at.IsZero() {
+				timer = e.clock.NewTimer(max(at.Sub(e.clock.Now()), 0))
+				fire = timer.C()
+			}
+		case <-fire:
+			timer, fire = nil, nil
+			e.signalChange()
+		}
+	}
 }
 
 // Status returns the state at this instant. Validity is judged now, on the
@@ -82,9 +162,16 @@ func (e *Elector) Status() Status {
 		LeaseUID:         s.leaseUID,
 		HoldsLease:       s.exists && s.holder == e.cfg.Identity,
 		LastToken:        s.lastToken,
+		NotCandidate:     s.withdrawn,
 	}
+	now := e.clock.Now()
+	if st.NotCandidate == "" && now.Before(s.outUntil) {
+		st.NotCandidate = "released for " + s.outUntil.Sub(now).Round(time.Second).String()
+	}
+	st.Candidate = st.NotCandidate == ""
+
 	if s.inTerm {
-		if left := s.validUntil.Sub(e.clock.Now()); left > 0 {
+		if left := s.validUntil.Sub(now); left > 0 {
 			st.IsLeader = true
 			st.Token = s.token
 			st.ExpiresIn = left
