@@ -33,17 +33,22 @@ tier_verify() {
 }
 
 tier_unit() {
+  # test/framework/dbserver's own test starts a real PostgreSQL and redis-server.
+  hack/install-deps.sh
   "${GOTEST[@]}" -race ./pkg/... ./internal/... ./cmd/... ./test/framework/...
   (cd hack/tools && "${GOTEST[@]}" ./...)
 }
 
 tier_integration() {
+  # PostgreSQL and redis-server for the fences (test/fences), installed only when missing.
+  hack/install-deps.sh
   hack/build-binaries.sh
   KUBEBUILDER_ASSETS="$(hack/build-binaries.sh --print-dir)"
   export KUBEBUILDER_ASSETS
   # The binaries were just built: a test that cannot find one fails instead of skipping (test/chart).
   export ELECTOR_REQUIRE_APISERVER=1
   "${GOTEST[@]}" -timeout 20m -v ./test/integration/... 2>&1 | go_test_summary integration
+  "${GOTEST[@]}" -timeout 10m ./test/fences/...
   (cd test/chart && "${GOTEST[@]}" -timeout 15m ./...)
 }
 

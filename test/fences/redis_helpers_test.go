@@ -4,89 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
 	"testing"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	redisfence "github.com/elector-sidecar/elector-sidecar/pkg/fencing/redis"
-	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
-
-// redisTestServer is a real redis-server with append-only persistence, so a
-// restart keeps its data. TEMPORARY: replaced by dbserver.Redis once
-// test/framework/dbserver exists.
-type redisTestServer struct {
-	Addr string
-	URL  string
-	dir  string
-	port int
-	proc *framework.Process
-}
-
-func redisServer(t testing.TB) *redisTestServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("ELECTOR_REQUIRE_APISERVER") == "1" {
-			t.Fatalf("redis-server not found: %v", err)
-		}
-		t.Skipf("redis-server not found (install redis-server; ELECTOR_REQUIRE_APISERVER=1 makes this a failure): %v", err)
-	}
-	port, err := framework.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &redisTestServer{Addr: "127.0.0.1:" + strconv.Itoa(port), URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), dir: t.TempDir(), port: port}
-	if err := s.start(bin); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Stop() })
-	return s
-}
-
-func (s *redisTestServer) start(bin string) error {
-	p, err := framework.StartProcess(framework.ProcessSpec{
-		Name: "redis-" + strconv.Itoa(s.port), Path: bin, LogDir: s.dir,
-		Args: []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "",
-			"--appendonly", "yes", "--appendfsync", "always"},
-	})
-	if err != nil {
-		return err
-	}
-	s.proc = p
-	c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
-	defer c.Close()
-	return framework.Eventually(context.Background(), framework.PollInterval, 10*time.Second, "redis-server answers PING", func(ctx context.Context) error {
-		if p.Exited() {
-			return errors.New("redis-server exited: " + p.LogTail(10))
-		}
-		return c.Ping(ctx).Err()
-	})
-}
-
-func (s *redisTestServer) Restart(context.Context) error {
-	if err := s.Stop(); err != nil {
-		return err
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return err
-	}
-	return s.start(bin)
-}
-
-func (s *redisTestServer) Stop() error {
-	if s.proc == nil || s.proc.Exited() {
-		return nil
-	}
-	s.proc.Stop(5 * time.Second)
-	return nil
-}
 
 // redisClient returns a go-redis client for srv, closed at the end of the test.
 func redisClient(t testing.TB, addr string) *goredis.Client {

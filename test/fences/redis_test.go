@@ -22,6 +22,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 	redisfence "github.com/elector-sidecar/elector-sidecar/pkg/fencing/redis"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
+	"github.com/elector-sidecar/elector-sidecar/test/framework/dbserver"
 )
 
 // The Redis fence (pkg/fencing/redis) against a real redis-server: the Lua
@@ -29,7 +30,7 @@ import (
 
 // Steps of one fence, in order, each checked against what Redis then holds.
 func TestRedisFenceAppliesTheFencingRule(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	client := redisClient(t, srv.Addr)
 	ctx := context.Background()
 	type step struct {
@@ -108,7 +109,7 @@ func TestRedisFenceAppliesTheFencingRule(t *testing.T) {
 // through pkg/fencing's Accept: the same decision and the same stored token
 // at every step.
 func TestRedisFenceAgreesWithAcceptOnRandomTokens(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	f := redisNewFence(t, redisClient(t, srv.Addr), "agree")
 	seed := time.Now().UnixNano()
@@ -147,7 +148,7 @@ func TestRedisFenceAgreesWithAcceptOnRandomTokens(t *testing.T) {
 // the value is the last accepted write's, and Redis's history stream holds
 // exactly the accepted writes with tokens that never go down.
 func TestRedisFenceConcurrentWritersWithMixedTokens(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	const writers, writes = 6, 60
 	f := redisNewFence(t, redisClient(t, srv.Addr), "race")
@@ -225,7 +226,7 @@ func TestRedisFenceConcurrentWritersWithMixedTokens(t *testing.T) {
 // fence.lua's text (redis-cli, and a raw EVAL from a second client), on the
 // same keys as the Go fence.
 func TestRedisFenceScriptLoadedByAnotherClientWithPlainEval(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	f := redisNewFence(t, redisClient(t, srv.Addr), "polyglot")
 	k := f.Keys()
@@ -289,7 +290,7 @@ func TestRedisFenceScriptLoadedByAnotherClientWithPlainEval(t *testing.T) {
 // Bad input reaches the script only from other clients (the Go side rejects
 // it before any call); the script answers INVALID and writes nothing.
 func TestRedisFenceScriptRejectsBadInput(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	client := redisClient(t, srv.Addr)
 	f := redisNewFence(t, client, "bad")
@@ -341,7 +342,7 @@ func TestRedisFenceScriptRejectsBadInput(t *testing.T) {
 // value and the history); the script cache is empty after the restart, so
 // Set falls back from EVALSHA to EVAL.
 func TestRedisFenceRestartKeepsTheHighestToken(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	client := redisClient(t, srv.Addr)
 	f := redisNewFence(t, client, "restart")
@@ -380,7 +381,7 @@ func TestRedisFenceRestartKeepsTheHighestToken(t *testing.T) {
 // eviction) must not read as "highest token 0": the fence fails closed
 // until its setup runs Init again.
 func TestRedisFenceFailsClosedWhenItsStateIsLost(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	client := redisClient(t, srv.Addr)
 	f := redisNewFence(t, client, "lost")
@@ -407,7 +408,7 @@ func TestRedisFenceFailsClosedWhenItsStateIsLost(t *testing.T) {
 // The fencing.Store contract: fencing.Fence drives Load/Commit, Commit
 // refuses a moved version with ErrConflict, and the HTTP store serves Redis.
 func TestRedisFenceIsAStoreForFencingFenceAndHTTPStore(t *testing.T) {
-	srv := redisServer(t)
+	srv := dbserver.Redis(t)
 	ctx := context.Background()
 	client := redisClient(t, srv.Addr)
 
@@ -528,7 +529,7 @@ func TestRedisReadmeSnippetsRunAgainstARealServer(t *testing.T) {
 	}
 
 	t.Run("go", func(t *testing.T) {
-		srv := redisServer(t)
+		srv := dbserver.Redis(t)
 		src, err := os.ReadFile("redis_test.go")
 		if err != nil {
 			t.Fatal(err)
@@ -548,7 +549,7 @@ func TestRedisReadmeSnippetsRunAgainstARealServer(t *testing.T) {
 	})
 
 	t.Run("redis-cli", func(t *testing.T) {
-		srv := redisServer(t)
+		srv := dbserver.Redis(t)
 		host, port, _ := strings.Cut(srv.Addr, ":")
 		for _, c := range framework.ConsoleCommands(consoleBlocks[0].Code) {
 			// redis-cli is pointed at the test server; --no-raw prints what a terminal shows.
