@@ -4,6 +4,8 @@ SHELL := /usr/bin/env bash
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 DURATION ?= 2m
+# STORE: the fenced store of `make demo` and `make chaos`: memory (the default) or a throwaway postgres / redis.
+STORE ?=
 LDFLAGS := -s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$(VERSION)
 
 .PHONY: help
@@ -11,8 +13,8 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: ## Run the local demo: control plane, three sidecars, a fenced store, a paused leader (hack/demo.sh).
-	hack/demo.sh
+demo: ## Run the local demo: control plane, three sidecars, a fenced store, a paused leader; STORE=postgres|redis (hack/demo.sh).
+	STORE=$(STORE) hack/demo.sh
 
 .PHONY: test
 test: ## Run every test tier: verify, unit, integration (real apiserver), e2e (local cluster) (hack/test.sh).
@@ -35,9 +37,10 @@ verify: ## gofmt and go vet of every module.
 	hack/verify.sh
 
 .PHONY: build
-build: ## Build bin/elector-sidecar and bin/elector-demo (static, as in the Dockerfile).
+build: ## Build bin/elector-sidecar, bin/elector-demo (static, as in the Dockerfile) and bin/kubectl-elector.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/elector-sidecar ./cmd/elector-sidecar
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/elector-demo ./cmd/elector-demo
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/kubectl-elector ./cmd/kubectl-elector
 
 .PHONY: image
 image: ## Build the image as a tarball without Docker: _output/elector-sidecar-image.tar (hack/image.sh).
@@ -82,11 +85,11 @@ e2e-kind: ## On a Docker host: the e2e suite in a kind cluster (hack/e2e-kind.sh
 	hack/e2e-kind.sh
 
 .PHONY: chaos
-chaos: ## Chaos soak (not in CI): 5 candidates, random kills/pauses/restarts; DURATION=2m (hack/chaos.sh).
-	hack/chaos.sh $(DURATION)
+chaos: ## Chaos soak (not in CI): 5 candidates, random kills/pauses/restarts; DURATION=2m STORE=memory|postgres|redis (hack/chaos.sh).
+	STORE=$(STORE) hack/chaos.sh $(DURATION)
 
 .PHONY: bench
-bench: ## Benchmarks, ours vs client-go leaderelection on one apiserver (hack/bench.sh).
+bench: ## Benchmarks, ours vs client-go leaderelection on one apiserver, and the fences' cost (hack/bench.sh).
 	hack/bench.sh
 
 .PHONY: clean

@@ -6,7 +6,9 @@
 #
 #   hack/bench.sh                              everything (the numbers in docs/benchmarks.md)
 #   hack/bench.sh --quick                      a short development run (fewer trials, short windows)
-#   hack/bench.sh --only handoff,api           some sections: handoff failover api localapi footprint scale
+#   hack/bench.sh --only handoff,api           some sections: handoff failover api localapi footprint scale fence
+#   hack/bench.sh --only fence                 the PostgreSQL and Redis fences vs the same writes unfenced (no
+#                                              control plane; throwaway servers, installed if missing)
 #   hack/bench.sh --trials 50 --png docs/benchmarks.png
 #   hack/bench.sh --help                       every flag
 #
@@ -18,6 +20,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ELECTOR_ROOT"
 
 command -v go >/dev/null || die "go is not installed (see go.mod for the version)"
+
+# The fence section (in every run unless --only leaves it out) needs PostgreSQL and redis-server.
+needs_db=1
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[i]}" in
+    --only=* | -only=*) [[ ",${args[i]#*=}," == *,fence,* ]] || needs_db=0 ;;
+    --only | -only) [[ ",${args[i + 1]:-}," == *,fence,* ]] || needs_db=0 ;;
+  esac
+done
+if [[ $needs_db == 1 ]]; then
+  hack/install-deps.sh
+fi
 
 if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
   hack/build-binaries.sh kube-apiserver kubectl etcd

@@ -8,7 +8,13 @@
 # changes, the max token and the invariant results (among them: no two processes ever served the
 # same token value); exits non-zero if an invariant broke.
 #
+# STORE=postgres or STORE=redis (`make chaos STORE=redis`): the writers' fenced HTTP store fronts the
+# project's fence in a throwaway PostgreSQL or redis-server (test/chaos --store), which the soak also
+# restarts mid-run; invariant 1 is then checked from the database's own history. The servers are
+# installed first if missing (hack/install-deps.sh). STORE=memory (the default): an in-memory fence.
+#
 #   hack/chaos.sh [DURATION] [test/chaos flags...]     DURATION default 2m, e.g. hack/chaos.sh 10m --seed 42
+#   STORE=postgres hack/chaos.sh 5m
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -21,6 +27,13 @@ if [[ $# -gt 0 && "$1" != -* ]]; then
   shift
 fi
 
+store="${STORE:-memory}"
+case "$store" in
+  memory) ;;
+  postgres | redis) hack/install-deps.sh ;;
+  *) echo "hack/chaos.sh: STORE=$store: want memory, postgres or redis" >&2; exit 2 ;;
+esac
+
 if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
   hack/build-binaries.sh kube-apiserver kubectl etcd
   KUBEBUILDER_ASSETS="$(hack/build-binaries.sh --print-dir)"
@@ -30,4 +43,4 @@ fi
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-chaos-run.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/chaos" ./test/chaos
-"$tmp/chaos" --duration="$duration" "$@"
+"$tmp/chaos" --duration="$duration" --store="$store" "$@"

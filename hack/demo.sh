@@ -5,7 +5,12 @@
 # takeover and the paused pod's stale write rejected, kills another pod, prints
 # `kubectl get lease -o wide`, and cleans up (also on Ctrl-C). Takes about a minute.
 #
+# STORE=postgres or STORE=redis (`make demo STORE=postgres`): the fence lives in a throwaway PostgreSQL
+# or redis-server (installed first if missing, hack/install-deps.sh), and the demo ends with the
+# database's own history of accepted writes. Without STORE: an in-memory fence (`elector-demo store`).
+#
 #   hack/demo.sh [--lease-duration=4s] [--keep-logs]
+#   STORE=postgres hack/demo.sh
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -13,6 +18,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ELECTOR_ROOT"
 
 command -v go >/dev/null || die "go is not installed (see go.mod for the version)"
+
+store_args=()
+case "${STORE:-}" in
+  "" | embedded | memory) ;;
+  postgres | redis)
+    log "database server for the fence ($STORE)"
+    hack/install-deps.sh
+    store_args=(--store="$STORE")
+    ;;
+  *) echo "hack/demo.sh: STORE=$STORE: want postgres or redis (or nothing: the in-memory store)" >&2; exit 2 ;;
+esac
 
 if [[ -z "${KUBEBUILDER_ASSETS:-}" ]]; then
   log "control plane binaries (built once into $ELECTOR_BIN)"
@@ -25,4 +41,4 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-demo-run.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/demo" ./test/framework/cmd/demo
 # Not exec: the EXIT trap removes the driver binary. Ctrl-C reaches the driver, which cleans up.
-"$tmp/demo" "$@"
+"$tmp/demo" "${store_args[@]}" "$@"

@@ -12,6 +12,8 @@
 //	localapi   /leader and /token throughput and latency vs a bare net/http handler
 //	footprint  RSS after a minute, binary size
 //	scale      10 and 100 candidates on one Lease: handoff latency, requests/s
+//	fence      fenced write throughput and p99 through the PostgreSQL and Redis fences
+//	           vs the same writes unfenced (throwaway servers, test/framework/dbserver)
 //
 // Results go to --out (Markdown, JSON and a PNG CDF plot of handoff latency).
 // `elector-bench bare-server --addr=HOST:PORT` is the baseline HTTP server
@@ -36,7 +38,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
-var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale"}
+var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence"}
 
 type options struct {
 	only           map[string]bool
@@ -53,6 +55,8 @@ type options struct {
 	scaleSizes     []int
 	scaleTrials    int
 	scaleWindow    time.Duration
+	fenceWriters   int
+	fenceDuration  time.Duration
 	out            string
 	png            string
 	keepLogs       bool
@@ -78,6 +82,8 @@ func parseFlags(args []string) (*options, error) {
 	sizes := fs.String("scale-sizes", "10,100", "candidate counts in the scale section")
 	fs.IntVar(&o.scaleTrials, "scale-trials", 10, "handoff trials per size and kind in the scale section")
 	fs.DurationVar(&o.scaleWindow, "scale-window", 20*time.Second, "steady-state window per size and kind in the scale section")
+	fs.IntVar(&o.fenceWriters, "fence-writers", 8, "concurrent writers in the fence section")
+	fs.DurationVar(&o.fenceDuration, "fence-duration", 5*time.Second, "length of one run (fenced or plain, per database) in the fence section; --repeats runs of each, interleaved")
 	fs.StringVar(&o.out, "out", "results", "directory for the Markdown, JSON and PNG results")
 	fs.StringVar(&o.png, "png", "", "also write the handoff plot here (e.g. docs/benchmarks.png)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the candidates' logs (kept anyway when a section fails)")
@@ -98,6 +104,7 @@ func parseFlags(args []string) (*options, error) {
 			"scale-sizes":    func() { *sizes = "10" },
 			"scale-trials":   func() { o.scaleTrials = 5 },
 			"scale-window":   func() { o.scaleWindow = 10 * time.Second },
+			"fence-duration": func() { o.fenceDuration = 2 * time.Second },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -130,8 +137,11 @@ func parseFlags(args []string) (*options, error) {
 		}
 		o.scaleSizes = append(o.scaleSizes, n)
 	}
-	if o.trials < 1 || o.failoverTrials < 1 || o.scaleTrials < 1 || o.candidates < 2 || o.conns < 1 || o.repeats < 1 {
-		return nil, errors.New("--trials, --failover-trials, --scale-trials, --repeats and --conns must be >= 1, --candidates >= 2")
+	if o.trials < 1 || o.failoverTrials < 1 || o.scaleTrials < 1 || o.candidates < 2 || o.conns < 1 || o.repeats < 1 || o.fenceWriters < 1 {
+		return nil, errors.New("--trials, --failover-trials, --scale-trials, --repeats, --conns and --fence-writers must be >= 1, --candidates >= 2")
+	}
+	if o.fenceDuration < time.Second {
+		return nil, errors.New("--fence-duration must be at least 1s")
 	}
 	if o.window < 6*time.Second || o.scaleWindow < 6*time.Second {
 		return nil, errors.New("--window and --scale-window must be at least 6s")
@@ -205,24 +215,31 @@ func run(ctx context.Context, o *options) error {
 		}
 	}()
 
-	e.progress("building elector-sidecar and clientgo-candidate (static, -trimpath -s -w)")
-	if e.bins, err = buildBinaries(filepath.Join(tmp, "bin")); err != nil {
-		return err
+	// Every section but fence runs candidates on the control plane.
+	needCP := false
+	for s := range o.only {
+		needCP = needCP || s != "fence"
 	}
-	e.progress("starting etcd + kube-apiserver")
-	cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{})
-	if err != nil {
-		return err
-	}
-	e.cp = cp
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			e.progress("%v", err)
+	if needCP {
+		e.progress("building elector-sidecar and clientgo-candidate (static, -trimpath -s -w)")
+		if e.bins, err = buildBinaries(filepath.Join(tmp, "bin")); err != nil {
+			return err
 		}
-	}()
-	e.progress("control plane at %s", cp.APIServerURL())
-	if e.baseWatches, err = e.leaseWatches(ctx); err != nil {
-		return err
+		e.progress("starting etcd + kube-apiserver")
+		cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{})
+		if err != nil {
+			return err
+		}
+		e.cp = cp
+		defer func() {
+			if err := cp.Stop(); err != nil {
+				e.progress("%v", err)
+			}
+		}()
+		e.progress("control plane at %s", cp.APIServerURL())
+		if e.baseWatches, err = e.leaseWatches(ctx); err != nil {
+			return err
+		}
 	}
 
 	handoffT := framework.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond}
@@ -340,6 +357,19 @@ func run(ctx context.Context, o *options) error {
 			pts, err := e.runScale(ctx, o)
 			s.Data = pts
 			s.Rows = scaleRows(pts)
+			return err
+		})
+
+	section("fence", "7. Fence: fenced writes vs the same writes unfenced, PostgreSQL and Redis",
+		fmt.Sprintf("one throwaway server per database (test/framework/dbserver), fenced and plain on the same server; %d concurrent writers (they serialize on the one fenced resource, as a leader's concurrent writes would), then 1 writer (the fence's own cost), each a closed loop on its own connection (PostgreSQL: one pgx connection each; Redis: go-redis's pool), all with the same (accepted) token; %v per run, %d repeats interleaved fenced/plain after a 1 s warm-up of each (median and min–max shown); latency of one write, call to return",
+			o.fenceWriters, o.fenceDuration, o.repeats), "unfenced",
+		func(s *Section) error {
+			r, err := e.runFence(ctx, o)
+			s.Data = r
+			if r != nil {
+				s.Rows = r.rows()
+				s.Notes = r.Servers
+			}
 			return err
 		})
 

@@ -8,10 +8,21 @@
 // release lands, or a follower's acquire, while the followers race), and the
 // leader cut off from the apiserver while the Lease is deleted and a brand-new
 // candidate starts. Every candidate reaches the apiserver through its own
-// local TCP proxy (framework.TCPProxy), which the soak can blackhole. At the
-// end it prints the counts and checks the invariants:
+// local TCP proxy (framework.TCPProxy), which the soak can blackhole.
 //
-//  1. the store never accepted a write with a token lower than one it had accepted before;
+// The writers write through a fenced HTTP store (pkg/fencing/httpstore) that
+// fronts a fencing.Store chosen with --store: memory (the default), or a
+// throwaway PostgreSQL or redis-server (test/framework/dbserver) with the
+// project's fence in it (pkg/fencing/postgres, pkg/fencing/redis). With a
+// database the soak also restarts it (fault db-restart, at least once, at
+// mid-run); the writes that fail meanwhile are reported apart, as errors
+// during a database restart. At the end it prints the counts and checks the
+// invariants:
+//
+//  1. the store never accepted a write with a token lower than one it had accepted before
+//     (with a database: read from the database's own history, and that history
+//     holds every write the writers saw accepted, plus at most the writes whose
+//     outcome they could not know);
 //  2. no two processes ever served a valid token at overlapping instants (the /token sampler);
 //  3. tokens served later are greater (the sampler, per term);
 //  4. every accepted token was used by one process only;
@@ -25,6 +36,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -45,6 +57,7 @@ import (
 )
 
 type options struct {
+	store      string
 	duration   time.Duration
 	candidates int
 	faultEvery time.Duration
@@ -53,20 +66,47 @@ type options struct {
 	keepLogs   bool
 }
 
-func main() {
+// parseFlags parses the command line; the error is the one-line reason for
+// exit code 2.
+func parseFlags(args []string) (options, error) {
 	o := options{}
-	flag.DurationVar(&o.duration, "duration", 2*time.Minute, "how long to inject faults")
-	flag.IntVar(&o.candidates, "candidates", 5, "number of elector-sidecar candidates")
-	flag.DurationVar(&o.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
-	flag.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
-	flag.DurationVar(&o.timings.LeaseDuration, "lease-duration", 3*time.Second, "sidecars' --lease-duration")
-	flag.DurationVar(&o.timings.RenewDeadline, "renew-deadline", 2*time.Second, "sidecars' --renew-deadline")
-	flag.DurationVar(&o.timings.RetryPeriod, "retry-period", 500*time.Millisecond, "sidecars' --retry-period")
-	flag.DurationVar(&o.timings.ClockSkewMargin, "clock-skew-margin", 200*time.Millisecond, "sidecars' --clock-skew-margin")
-	flag.BoolVar(&o.keepLogs, "keep-logs", false, "keep process logs even if every invariant held")
-	flag.Parse()
-	if flag.NArg() > 0 || o.duration <= 0 || o.candidates < 3 || o.faultEvery <= 0 {
-		fmt.Fprintln(os.Stderr, "chaos: want --duration > 0, --candidates >= 3, --fault-every > 0 and no arguments")
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.store, "store", storeMemory, "the fenced store behind the writers' HTTP store: "+strings.Join(storeKinds, ", ")+
+		" (postgres and redis: a throwaway server, restarted mid-run)")
+	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "how long to inject faults")
+	fs.IntVar(&o.candidates, "candidates", 5, "number of elector-sidecar candidates")
+	fs.DurationVar(&o.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
+	fs.Uint64Var(&o.seed, "seed", 0, "random seed (0: from the clock; printed)")
+	fs.DurationVar(&o.timings.LeaseDuration, "lease-duration", 3*time.Second, "sidecars' --lease-duration")
+	fs.DurationVar(&o.timings.RenewDeadline, "renew-deadline", 2*time.Second, "sidecars' --renew-deadline")
+	fs.DurationVar(&o.timings.RetryPeriod, "retry-period", 500*time.Millisecond, "sidecars' --retry-period")
+	fs.DurationVar(&o.timings.ClockSkewMargin, "clock-skew-margin", 200*time.Millisecond, "sidecars' --clock-skew-margin")
+	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep process logs even if every invariant held")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fs.PrintDefaults()
+		}
+		return o, err
+	}
+	var err error
+	if o.store, err = parseStoreKind(o.store); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 || o.duration <= 0 || o.candidates < 3 || o.faultEvery <= 0 {
+		return o, errors.New("want --duration > 0, --candidates >= 3, --fault-every > 0 and no arguments")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
 	}
 	if o.seed == 0 {
@@ -113,6 +153,7 @@ type soak struct {
 	g      *framework.Group
 	ns     string
 	store  *httpstore.Server
+	db     *backend
 	url    string
 	slots  []*slot
 	faults sync.Map // kind -> *atomic.Int64
@@ -129,8 +170,14 @@ type soak struct {
 	partitioned atomic.Bool // a partition-delete fault is in progress
 
 	attempted, accepted, stale, writeErrs atomic.Int64
-	apiDown                               atomic.Bool
-	bg                                    sync.WaitGroup
+	// dbRestartErrs counts the writeErrs that overlapped a database restart.
+	dbRestartErrs atomic.Int64
+	dbRestarts    restartWindows
+	dbDown        atomic.Bool // a db-restart fault is in progress
+	errMu         sync.Mutex
+	errSamples    []string // the first other write errors
+	apiDown       atomic.Bool
+	bg            sync.WaitGroup
 }
 
 func (s *soak) logf(format string, a ...any) {
@@ -152,6 +199,13 @@ func (s *soak) count(kind string) {
 	v.(*atomic.Int64).Add(1)
 }
 
+func (s *soak) countOf(kind string) int64 {
+	if v, ok := s.faults.Load(kind); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
 func run(ctx context.Context, o options) (bool, error) {
 	s := &soak{o: o, rng: rand.New(rand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now()}
 	logDir, err := os.MkdirTemp("", "elector-chaos-")
@@ -159,8 +213,8 @@ func run(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 	s.logDir = logDir
-	s.logf("chaos soak: %d candidates, %v of faults (mean every %v), seed %d, timings %+v; logs in %s",
-		o.candidates, o.duration, o.faultEvery, o.seed, o.timings, logDir)
+	s.logf("chaos soak: %d candidates, %v of faults (mean every %v), seed %d, timings %+v, store %s; logs in %s",
+		o.candidates, o.duration, o.faultEvery, o.seed, o.timings, o.store, logDir)
 	bins, err := framework.BuildBinaries(framework.SidecarPackage)
 	if err != nil {
 		return false, err
@@ -181,7 +235,13 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	s.upstream = u.Host
 
-	s.store = httpstore.NewServer(fencing.NewMemory())
+	s.db, err = openBackend(ctx, o.store, logDir)
+	if err != nil {
+		return false, err
+	}
+	defer s.db.close()
+	s.logf("fenced store: %s, behind the HTTP store the writers write to", s.db.describe)
+	s.store = httpstore.NewServer(s.db.store)
 	var stopStore func()
 	s.url, stopStore, err = httpstore.Listen("127.0.0.1:0", s.store)
 	if err != nil {
@@ -223,6 +283,18 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 
 	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
+	if s.db.restart != nil {
+		s.bg.Add(1)
+		go func() { // one database restart at mid-run, while a leader writes
+			defer s.bg.Done()
+			select {
+			case <-fctx.Done():
+			case <-time.After(o.duration / 2):
+				_, _, _ = s.g.WaitForLeader(fctx, 10*time.Second)
+				s.restartDB()
+			}
+		}()
+	}
 	s.faultLoop(fctx)
 	stopFaults()
 	s.logf("faults over; letting pending faults finish and the group settle")
@@ -292,7 +364,10 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 		}
 		seq++
 		s.attempted.Add(1)
-		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		// Not cancelled by the end of the soak: a write in flight finishes, so
+		// its outcome is known (a cancelled request could still commit).
+		wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		began := time.Now()
 		err := client.WriteToken(wctx, fencing.Token{Value: r.Token, LeaseUID: r.LeaseUID}, []byte(fmt.Sprintf("%s #%d token %d", c.Instance, seq, r.Token)))
 		wcancel()
 		switch {
@@ -301,11 +376,44 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 		case errors.Is(err, fencing.ErrStaleToken):
 			s.stale.Add(1)
 		default:
-			if ctx.Err() == nil {
-				s.writeErrs.Add(1)
-			}
+			s.writeError(began, err)
 		}
 	}
+}
+
+// writeError counts a write that ended in neither 200 nor 409, apart if it
+// overlapped a database restart; the first few others are kept for the
+// report.
+func (s *soak) writeError(began time.Time, err error) {
+	s.writeErrs.Add(1)
+	if s.dbRestarts.overlaps(began, time.Now()) {
+		s.dbRestartErrs.Add(1)
+		return
+	}
+	s.errMu.Lock()
+	if len(s.errSamples) < 5 {
+		s.errSamples = append(s.errSamples, fmt.Sprintf("[%6.1fs] %v", time.Since(s.start).Seconds(), err))
+	}
+	s.errMu.Unlock()
+}
+
+// restartDB restarts the database (same port, same data) and logs how long
+// it took.
+func (s *soak) restartDB() {
+	if !s.dbDown.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.dbDown.Store(false)
+	s.count("db-restart")
+	crash := s.intn(2) == 0
+	how := map[bool]string{true: "SIGKILLed and restarted", false: "shut down cleanly and restarted"}[crash]
+	i := s.dbRestarts.begin()
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err := s.db.restart(ctx, crash)
+	cancel()
+	s.dbRestarts.end(i)
+	s.logf("fault: %s %s (same port, same data) in %v (%v)", s.db.name, how, time.Since(t0).Round(time.Millisecond), errOr(err, "ok"))
 }
 
 // faultLoop injects a random fault every ~faultEvery until ctx ends.
@@ -323,8 +431,8 @@ func (s *soak) faultLoop(ctx context.Context) {
 		s.inject(ctx)
 		if time.Since(lastReport) > 10*time.Second {
 			lastReport = time.Now()
-			s.logf("progress: writes %d (accepted %d, stale %d, errors %d), highest token %d",
-				s.attempted.Load(), s.accepted.Load(), s.stale.Load(), s.writeErrs.Load(), s.highest())
+			s.logf("progress: writes %d (accepted %d, stale %d, errors %d, of them during a database restart %d), highest token %d",
+				s.attempted.Load(), s.accepted.Load(), s.stale.Load(), s.writeErrs.Load(), s.dbRestartErrs.Load(), s.highest())
 		}
 	}
 }
@@ -375,8 +483,11 @@ func (s *soak) up() int {
 }
 
 func (s *soak) inject(ctx context.Context) {
-	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete"}
-	weights := []int{3, 3, 2, 2, 1, 1, 3, 2}
+	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete", "db-restart"}
+	weights := []int{3, 3, 2, 2, 1, 1, 3, 2, 0}
+	if s.db.restart != nil {
+		weights[len(weights)-1] = 1
+	}
 	total := 0
 	for _, w := range weights {
 		total += w
@@ -391,6 +502,13 @@ func (s *soak) inject(ctx context.Context) {
 		r -= w
 	}
 	switch kind {
+	case "db-restart":
+		if s.dbDown.Load() {
+			return
+		}
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.restartDB() }()
+		return
 	case "apiserver-restart":
 		if s.apiDown.Load() {
 			return
@@ -501,6 +619,7 @@ func (s *soak) lateWrite(instance string, token int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.attempted.Add(1)
+	began := time.Now()
 	err := httpstore.NewClient(s.url, instance).Write(ctx, token, []byte(fmt.Sprintf("%s late write token %d", instance, token)))
 	result := "accepted (nobody took over during the pause)"
 	switch {
@@ -510,7 +629,7 @@ func (s *soak) lateWrite(instance string, token int64) {
 		s.stale.Add(1)
 		result = "rejected as stale: " + err.Error()
 	default:
-		s.writeErrs.Add(1)
+		s.writeError(began, err)
 		result = "error: " + err.Error()
 	}
 	s.logf("late write by %s with token %d after the pause: %s", instance, token, result)
@@ -536,6 +655,13 @@ func (s *soak) report() bool {
 	terms := s.g.Sampler.Terms()
 	samples := s.g.Sampler.Samples()
 	writes := s.store.Writes()
+	var history []historyRow
+	var historyErr error
+	if s.db.history != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		history, historyErr = s.db.history(ctx)
+		cancel()
+	}
 
 	type key struct {
 		target string
@@ -582,10 +708,20 @@ func (s *soak) report() bool {
 	fmt.Printf("duration            %v (faults for %v, seed %d)\n", time.Since(s.start).Round(time.Second), s.o.duration, s.o.seed)
 	fmt.Printf("faults              %s\n", strings.Join(faultNames, ", "))
 	fmt.Printf("processes started   %d (newcomers %d)\n", len(s.g.All()), len(s.newcomerList()))
+	fmt.Printf("store               %s\n", s.db.describe)
 	fmt.Printf("writes attempted    %d\n", s.attempted.Load())
 	fmt.Printf("writes accepted     %d\n", s.accepted.Load())
 	fmt.Printf("rejected as stale   %d\n", s.stale.Load())
-	fmt.Printf("other write errors  %d\n", s.writeErrs.Load())
+	fmt.Printf("other write errors  %d\n", s.writeErrs.Load()-s.dbRestartErrs.Load())
+	s.errMu.Lock()
+	for _, e := range s.errSamples {
+		fmt.Printf("    %s\n", e)
+	}
+	s.errMu.Unlock()
+	if s.db.restart != nil {
+		fmt.Printf("errors during a database restart  %d (restarts: %d; expected: writes fail while %s is down)\n",
+			s.dbRestartErrs.Load(), s.countOf("db-restart"), s.db.name)
+	}
 	fmt.Printf("leader changes      %d (distinct process+token terms: %d)\n", max(len(leaderships)-1, 0), len(leaderships))
 	fmt.Printf("max token           %d\n", maxTok)
 	fmt.Printf("/token samples      %d\n", len(samples))
@@ -618,15 +754,31 @@ func (s *soak) report() bool {
 		}
 	}
 	sort.Slice(accepted, func(i, j int) bool { return accepted[i].Seq < accepted[j].Seq })
-	var p1 []string
-	var high int64
-	for _, w := range accepted {
-		if w.Token < high {
-			p1 = append(p1, fmt.Sprintf("commit #%d by %s with token %d after token %d", w.Seq, w.Writer, w.Token, high))
+	if s.db.history == nil {
+		var p1 []string
+		var high int64
+		for _, w := range accepted {
+			if w.Token < high {
+				p1 = append(p1, fmt.Sprintf("commit #%d by %s with token %d after token %d", w.Seq, w.Writer, w.Token, high))
+			}
+			high = max(high, w.Token)
 		}
-		high = max(high, w.Token)
+		check("no accepted write with a token lower than one accepted before", p1)
+	} else {
+		// From the database's own record, not the writers' or the HTTP store's.
+		var p1, p1b []string
+		var rec reconciliation
+		if historyErr != nil {
+			p1 = []string{"reading the database's history: " + historyErr.Error()}
+			p1b = p1
+		} else {
+			p1 = checkHistory(history)
+			rec, p1b = reconcile(int64(len(history)), int64(len(accepted)), s.accepted.Load(), s.writeErrs.Load())
+			fmt.Printf("database history    %d rows; %s\n", len(history), rec)
+		}
+		check(fmt.Sprintf("no accepted write with a token lower than one accepted before (from %s's own history, %d rows)", s.db.name, len(history)), p1)
+		check("the database's history holds every accepted write, plus only writes with an unknown outcome", p1b)
 	}
-	check("no accepted write with a token lower than one accepted before", p1)
 
 	// 2. and 3. the sampler.
 	var p2, p3 []string

@@ -7,6 +7,11 @@
 // kills another pod, prints `kubectl get lease -o wide`, and cleans up (also
 // on Ctrl-C).
 //
+// --store=postgres or --store=redis (`make demo STORE=postgres`) puts the
+// fence in a throwaway PostgreSQL or redis-server (see store.go) and shows
+// the database's own history at the end; the default is an in-memory fence
+// in its own process (`elector-demo store`).
+//
 // It needs the control-plane binaries (KUBEBUILDER_ASSETS or
 // hack/build-binaries.sh); hack/demo.sh builds them first.
 package main
@@ -41,12 +46,21 @@ func main() {
 	flag.DurationVar(&timings.RetryPeriod, "retry-period", 500*time.Millisecond, "sidecars' --retry-period")
 	flag.DurationVar(&timings.ClockSkewMargin, "clock-skew-margin", 300*time.Millisecond, "sidecars' --clock-skew-margin")
 	keep := flag.Bool("keep-logs", false, "keep the process logs (printed path) after the demo")
+	store := flag.String("store", storeEmbedded, "the fenced store: embedded (in-memory, its own process), postgres or redis (a throwaway server)")
 	flag.Parse()
+	storeKind, err := parseStoreKind(*store)
+	if err != nil || flag.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected arguments %q", flag.Args())
+		}
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	d := &demo{start: time.Now(), timings: timings, color: isTerminal(os.Stdout), out: os.Stdout}
-	err := d.run(ctx, *keep)
+	d := &demo{start: time.Now(), timings: timings, color: isTerminal(os.Stdout), out: os.Stdout, storeKind: storeKind}
+	err = d.run(ctx, *keep)
 	switch {
 	case err == nil:
 		d.say("", "demo finished; everything is cleaned up")
@@ -84,6 +98,14 @@ type demo struct {
 	bins     map[string]string
 	storeURL string
 	store    *framework.Process
+	// With a database (--store postgres|redis): the fence in it, and the
+	// HTTP store in front of it, served by the driver.
+	storeKind  string
+	db         *dbStore
+	httpStore  *httpstore.Server
+	stopHTTP   func()
+	rejMu      sync.Mutex
+	rejections []rejection
 
 	mu       sync.Mutex
 	pods     []*pod
@@ -150,7 +172,11 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 		}
 	}()
 
-	d.step("building elector-sidecar and elector-demo, starting etcd + kube-apiserver")
+	if d.storeKind == storeEmbedded {
+		d.step("building elector-sidecar and elector-demo, starting etcd + kube-apiserver")
+	} else {
+		d.step("building elector-sidecar and elector-demo, starting etcd + kube-apiserver and a throwaway %s", map[string]string{storePostgres: "PostgreSQL", storeRedis: "redis-server"}[d.storeKind])
+	}
 	d.bins, err = framework.BuildBinaries(framework.SidecarPackage, framework.DemoPackage)
 	if err != nil {
 		return err
@@ -175,7 +201,12 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 	if _, err := d.cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: d.ns}}, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	if err := d.startStore(ctx); err != nil {
+	if d.storeKind == storeEmbedded {
+		err = d.startStore(ctx)
+	} else {
+		err = d.startDBStore(ctx) // stopped by stopAll, after the pods
+	}
+	if err != nil {
 		return err
 	}
 	d.say("", "starting 3 pods in namespace %s, each an elector-sidecar (Lease %s/demo) and an elector-demo writer; all write to one fenced store at %s",
@@ -291,6 +322,11 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 		d.tokens, d.stats["accepted"], d.stats["rejected-stale"], d.stats["not-leader"])
 	d.mu.Unlock()
 	d.say(bold, "the store holds %q with highest token %d", v, h)
+	if d.db != nil {
+		if err := d.showHistory(ctx); err != nil {
+			return err
+		}
+	}
 	d.step("cleaning up")
 	return nil
 }
@@ -395,6 +431,7 @@ func (d *demo) stopAll() {
 	if d.store != nil {
 		d.store.Stop(3 * time.Second)
 	}
+	d.stopDBStore()
 }
 
 func (d *demo) pod(name string) *pod {
