@@ -29,6 +29,6 @@ func benchmarkPath(b *testing.B, path string, hdr http.Header) {
 
 func BenchmarkLeader(b *testing.B) { benchmarkPath(b, "/leader", nil) }
 func BenchmarkLeaderNotModified(b *testing.B) {
-	benchmarkPath(b, "/leader", http.Header{"If-None-Match": {leaderETag(&leading)}})
+	benchmarkPath(b, "/leader", http.Header{"If-None-Match": {leaderETag(&leading, appNone)}})
 }
 func BenchmarkToken(b *testing.B) { benchmarkPath(b, "/token", nil) }

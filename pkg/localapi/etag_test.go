@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +49,12 @@ func TestLeaderETagChanges(t *testing.T) {
 		{"leader -> holds but unsafe", leading, unsafe},
 		{"ready -> not ready", following, func() election.Status { s := following; s.Ready = false; return s }()},
 		{"holder bytes move between fields", election.Status{Lease: "ab", Identity: "c", Ready: true}, election.Status{Lease: "a", Identity: "bc", Ready: true}},
+		{"leaves the election", following, withdrawn},
+		{"back in the election", withdrawn, following},
+		{"why it is out changes", withdrawn, func() election.Status { s := withdrawn; s.NotCandidate = "app unhealthy: timeout"; return s }()},
+		{"app unhealthy -> released for", withdrawn, timedOut},
+		{"time out ends", timedOut, func() election.Status { s := timedOut; s.NotCandidate, s.Candidate = "", true; return s }()},
+		{"candidate flag alone", following, func() election.Status { s := following; s.Candidate = false; return s }()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,13 +80,17 @@ func TestLeaderETagChanges(t *testing.T) {
 // TestLeaderETagStable: nothing changed, or only expiresInMs counted down:
 // same ETag, and If-None-Match gets a 304 with no body.
 func TestLeaderETagStable(t *testing.T) {
-	for name, s := range map[string]election.Status{"leading": leading, "following": following, "nobody": nobody, "not ready": notReady, "unsafe": unsafe, "zero": {}} {
+	for name, s := range map[string]election.Status{"leading": leading, "following": following, "nobody": nobody, "not ready": notReady, "unsafe": unsafe, "zero": {},
+		"withdrawn": withdrawn, "released for a while": timedOut} {
 		t.Run(name, func(t *testing.T) {
 			el := &fakeElector{status: s, alive: true}
 			h := NewHandler(el, nil)
 			tag := getLeader(h, "").Header().Get("ETag")
 			if s.IsLeader {
 				el.status.ExpiresIn -= 1700 * time.Millisecond // time passes, no renew
+			}
+			if s == timedOut {
+				el.status.NotCandidate = "released for 4m57s" // the time out counts down
 			}
 			for _, inm := range []string{tag, "W/" + tag, `"other", ` + tag, "*"} {
 				rec := getLeader(h, inm)
@@ -98,8 +110,8 @@ func TestLeaderETagStable(t *testing.T) {
 
 // TestLeaderETagIsAFunctionOfTheBody: over many random statuses drawn from
 // small domains (so that equal bodies recur), two statuses have the same ETag
-// exactly when their /leader bodies, without expiresInMs, and their
-// ValidUntil are equal.
+// exactly when their /leader bodies, without expiresInMs and the countdown
+// of a "released for" notCandidate, and their ValidUntil are equal.
 func TestLeaderETagIsAFunctionOfTheBody(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
@@ -113,17 +125,23 @@ func TestLeaderETagIsAFunctionOfTheBody(t *testing.T) {
 			Holder:           pick("", "pod-a", "pod-b", `p"<&>`),
 			LeaseTransitions: rng.Int64N(3),
 			LeaseUID:         pick("u1", "u2"), // not in the body: must not matter
+			NotCandidate:     pick("", "", "app unhealthy", "app unhealthy: 500", "released for 4m59s", "released for 3s"),
 		}
+		s.Candidate = s.NotCandidate == ""
+		app := appState(rng.IntN(3))
 		if rng.IntN(2) == 0 {
 			s.IsLeader = true
 			s.Token = 1 + rng.Int64N(3)
 			s.ValidUntil = time.Unix(1000+rng.Int64N(3), 0)
 			s.ExpiresIn = time.Duration(1+rng.Int64N(5000)) * time.Millisecond
 		}
-		r := newLeaderResponse(&s)
+		r := newLeaderResponse(&s, app)
 		r.ExpiresInMs = 0
+		if strings.HasPrefix(r.NotCandidate, "released for ") {
+			r.NotCandidate = "released for (counting down)"
+		}
 		key := string(r.appendJSON(nil)) + " " + s.ValidUntil.String()
-		tag := leaderETag(&s)
+		tag := leaderETag(&s, app)
 		if prev, ok := tagOf[key]; ok && prev != tag {
 			t.Fatalf("body %s has two ETags %s and %s", key, prev, tag)
 		}
@@ -140,7 +158,41 @@ func TestLeaderETagIsAFunctionOfTheBody(t *testing.T) {
 func TestLeaderETagAllocs(t *testing.T) {
 	s := leading
 	s.Holder = "billing-7d9c-abcde"
-	if n := testing.AllocsPerRun(100, func() { _ = leaderETag(&s) }); n > 1 {
+	s.NotCandidate = "app unhealthy: Get \"http://127.0.0.1:8080/healthz\": connection refused"
+	s.LeaseTransitions, s.Token = -1<<63, -1<<63 // the longest numbers
+	if n := testing.AllocsPerRun(100, func() { _ = leaderETag(&s, appUnhealthy) }); n > 1 {
 		t.Fatalf("leaderETag: %v allocations, want at most 1 (the string)", n)
+	}
+}
+
+// TestLeaderETagCoversAppHealth: with an app health source, "appHealthy"
+// is in the body and its change changes the ETag; without one it is absent.
+func TestLeaderETagCoversAppHealth(t *testing.T) {
+	var healthy atomic.Bool
+	healthy.Store(true)
+	el := &fakeElector{status: following, alive: true}
+	h := NewHandler(el, nil, WithAppHealth(healthy.Load))
+	first := getLeader(h, "")
+	if !strings.Contains(first.Body.String(), `"appHealthy":true`) {
+		t.Fatalf("body %s without appHealthy:true", first.Body)
+	}
+	tag := first.Header().Get("ETag")
+	if rec := getLeader(h, tag); rec.Code != http.StatusNotModified {
+		t.Fatalf("unchanged: %d", rec.Code)
+	}
+	healthy.Store(false)
+	second := getLeader(h, tag)
+	if second.Code != http.StatusOK || !strings.Contains(second.Body.String(), `"appHealthy":false`) {
+		t.Fatalf("after the app turned unhealthy: %d %s", second.Code, second.Body)
+	}
+	if second.Header().Get("ETag") == tag {
+		t.Fatalf("ETag %s unchanged when the app turned unhealthy", tag)
+	}
+	plain := getLeader(NewHandler(el, nil), "")
+	if strings.Contains(plain.Body.String(), "appHealthy") {
+		t.Fatalf("appHealthy without a source: %s", plain.Body)
+	}
+	if plain.Header().Get("ETag") == tag || plain.Header().Get("ETag") == second.Header().Get("ETag") {
+		t.Fatal("the ETag does not tell an absent appHealthy from a present one")
 	}
 }

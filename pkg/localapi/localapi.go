@@ -1,9 +1,11 @@
 // Package localapi serves the election's answer to the main container on a
-// localhost HTTP port: /leader, /token, /release, /healthz, /readyz, /metrics.
+// localhost HTTP port: /leader (also as a long-poll), /watch (a stream of
+// server-sent events), /token, /release, /healthz, /readyz, /metrics.
 //
 // Every error is JSON ({"error": "..."}), a wrong method is 405 with an Allow
-// header, an unknown path is 404. /token is served only while this process
-// leads and its token is safe; see package election.
+// header, an unknown path is 404, a bad or unknown query parameter is 400.
+// /token is served only while this process leads and its token is safe; see
+// package election.
 package localapi
 
 import (
@@ -12,7 +14,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
@@ -20,12 +25,34 @@ import (
 // Elector is what the API reads and controls; *election.Elector implements it.
 type Elector interface {
 	Status() election.Status
+	// Changed returns a channel closed when Status may have changed
+	// (including when the token's validity runs out with no Lease event).
+	Changed() <-chan struct{}
 	Release(ctx context.Context) error
+	ReleaseFor(ctx context.Context, d time.Duration) error
 	Alive() bool
 }
 
+var _ Elector = (*election.Elector)(nil)
+
 // ReleaseTimeout bounds a POST /release.
 const ReleaseTimeout = 10 * time.Second
+
+// Limits and defaults of the push endpoints and of POST /release?for=.
+const (
+	// MaxWait caps GET /leader?wait=; a longer wait is a 400.
+	MaxWait = 5 * time.Minute
+	// MaxReleaseFor caps POST /release?for=; a longer time out is a 400.
+	MaxReleaseFor = 24 * time.Hour
+	// DefaultHeartbeat is the interval of /watch's ": heartbeat" comments.
+	DefaultHeartbeat = 15 * time.Second
+	// DefaultMaxWaiters bounds the /watch streams and waiting long-polls
+	// served at once; one more gets a 503 with Retry-After.
+	DefaultMaxWaiters = 1024
+	// DefaultStreamWriteTimeout bounds each write of a stream or long-poll
+	// answer: a client that stops reading is dropped after it.
+	DefaultStreamWriteTimeout = 15 * time.Second
+)
 
 type route struct {
 	method  string // GET also answers HEAD
@@ -36,13 +63,82 @@ type route struct {
 type Handler struct {
 	el     Elector
 	routes map[string]route
+
+	appHealth    func() bool
+	clock        clock.WithTicker
+	heartbeat    time.Duration
+	maxWaiters   int64
+	writeTimeout time.Duration
+	waiters      atomic.Int64 // streams and long-polls being served
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithAppHealth adds "appHealthy" (healthy()) to the /leader body; without
+// it the field is absent. healthy must be cheap and safe for concurrent use
+// (e.g. (*apphealth.Prober).Healthy). /watch and long-polls push a change of
+// it when the election's state changes with it (the prober takes the pod
+// out of the election or puts it back); its value is read at each answer.
+func WithAppHealth(healthy func() bool) Option {
+	return func(h *Handler) { h.appHealth = healthy }
+}
+
+// WithHeartbeat sets the interval of /watch's heartbeat comments (default
+// DefaultHeartbeat); d <= 0 keeps the default.
+func WithHeartbeat(d time.Duration) Option {
+	return func(h *Handler) {
+		if d > 0 {
+			h.heartbeat = d
+		}
+	}
+}
+
+// WithMaxWaiters bounds the /watch streams plus waiting long-polls served
+// at once (default DefaultMaxWaiters); n <= 0 keeps the default.
+func WithMaxWaiters(n int) Option {
+	return func(h *Handler) {
+		if n > 0 {
+			h.maxWaiters = int64(n)
+		}
+	}
+}
+
+// WithStreamWriteTimeout bounds each write to a /watch stream or a
+// long-poll's answer (default DefaultStreamWriteTimeout); d <= 0 keeps the
+// default.
+func WithStreamWriteTimeout(d time.Duration) Option {
+	return func(h *Handler) {
+		if d > 0 {
+			h.writeTimeout = d
+		}
+	}
+}
+
+// WithClock sets the clock of the long-poll's wait and the heartbeat (tests).
+func WithClock(c clock.WithTicker) Option {
+	return func(h *Handler) {
+		if c != nil {
+			h.clock = c
+		}
+	}
 }
 
 // NewHandler returns the local API for el; metrics serves /metrics (nil: 404).
-func NewHandler(el Elector, metrics http.Handler) *Handler {
-	h := &Handler{el: el}
+func NewHandler(el Elector, metrics http.Handler, opts ...Option) *Handler {
+	h := &Handler{
+		el:           el,
+		clock:        clock.RealClock{},
+		heartbeat:    DefaultHeartbeat,
+		maxWaiters:   DefaultMaxWaiters,
+		writeTimeout: DefaultStreamWriteTimeout,
+	}
+	for _, o := range opts {
+		o(h)
+	}
 	h.routes = map[string]route{
 		"/leader":  {http.MethodGet, h.leader},
+		"/watch":   {http.MethodGet, h.watch},
 		"/token":   {http.MethodGet, h.token},
 		"/release": {http.MethodPost, h.release},
 		"/healthz": {http.MethodGet, h.healthz},
@@ -92,17 +188,40 @@ func NewServer(addr string, h http.Handler) *http.Server {
 }
 
 func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {
-	s := h.el.Status()
-	etag := leaderETag(&s)
+	q, ok := queryParams(w, r, "wait")
+	if !ok {
+		return
+	}
+	var wait time.Duration
+	if v, set := q["wait"]; set {
+		d, err := parseDuration(v, 0, MaxWait)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "query parameter wait: "+err.Error())
+			return
+		}
+		wait = d
+	}
+	match := r.Header.Get("If-None-Match")
+	if wait > 0 && match != "" {
+		h.longPoll(w, r, match, wait)
+		return
+	}
+	v := h.view()
+	h.answerLeader(w, &v, match)
+}
+
+// answerLeader writes GET /leader's answer for v: 304 if match (the
+// If-None-Match header) matches its ETag, else the body.
+func (h *Handler) answerLeader(w http.ResponseWriter, v *view, match string) {
+	etag := v.etag()
 	hdr := w.Header()
 	hdr.Set("ETag", etag)
 	hdr.Set("Cache-Control", "no-store")
-	if match := r.Header.Get("If-None-Match"); match != "" && etagMatches(match, etag) {
+	if match != "" && etagMatches(match, etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	resp := newLeaderResponse(&s)
-	writeJSON(w, http.StatusOK, append(resp.appendJSON(make([]byte, 0, 256)), '\n'))
+	writeJSON(w, http.StatusOK, append(v.appendJSON(make([]byte, 0, 256)), '\n'))
 }
 
 func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
@@ -136,9 +255,27 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
+	q, ok := queryParams(w, r, "for")
+	if !ok {
+		return
+	}
+	var out time.Duration
+	if v, set := q["for"]; set {
+		d, err := parseDuration(v, time.Nanosecond, MaxReleaseFor)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "query parameter for: "+err.Error())
+			return
+		}
+		out = d
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), ReleaseTimeout)
 	defer cancel()
-	err := h.el.Release(ctx)
+	var err error
+	if out > 0 {
+		err = h.el.ReleaseFor(ctx, out)
+	} else {
+		err = h.el.Release(ctx)
+	}
 	switch {
 	case err == nil:
 		w.WriteHeader(http.StatusNoContent)
@@ -184,13 +321,42 @@ var (
 	healthReady = append((&HealthResponse{Status: "ready"}).appendJSON(nil), '\n')
 )
 
+// view is what GET /leader and /watch serve, read at one instant.
+type view struct {
+	s   election.Status
+	app appState
+}
+
+func (h *Handler) view() view {
+	v := view{s: h.el.Status()}
+	if h.appHealth != nil {
+		v.app = appUnhealthy
+		if h.appHealth() {
+			v.app = appHealthy
+		}
+	}
+	return v
+}
+
+func (v *view) etag() string { return leaderETag(&v.s, v.app) }
+
+func (v *view) appendJSON(b []byte) []byte {
+	r := newLeaderResponse(&v.s, v.app)
+	return r.appendJSON(b)
+}
+
+// releasedFor is how election words a ReleaseFor time out in NotCandidate,
+// followed by the time left; the ETag leaves that countdown out.
+const releasedFor = "released for "
+
 // leaderETag changes whenever the /leader body would change, except for
-// expiresInMs counting down between renewals: it covers isLeader, holder,
-// identity, lease, leaseTransitions, ready, the token, and ValidUntil (the
-// instant the token stops, which moves with every renew, when expiresInMs
-// jumps). Numbers are kept verbatim; the strings go through an inline
-// FNV-1a, so the only allocation is the returned string.
-func leaderETag(s *election.Status) string {
+// expiresInMs counting down between renewals and the countdown of a
+// "released for ..." notCandidate: it covers isLeader, holder, identity,
+// lease, leaseTransitions, ready, candidate, notCandidate, appHealthy, the
+// token, and ValidUntil (the instant the token stops, which moves with every
+// renew, when expiresInMs jumps). Numbers are kept verbatim; the strings go
+// through an inline FNV-1a, so the only allocation is the returned string.
+func leaderETag(s *election.Status, app appState) string {
 	var buf [96]byte
 	b := append(buf[:0], '"')
 	if s.IsLeader {
@@ -203,6 +369,12 @@ func leaderETag(s *election.Status) string {
 	} else {
 		b = append(b, 'N')
 	}
+	if s.Candidate {
+		b = append(b, 'C')
+	} else {
+		b = append(b, 'W')
+	}
+	b = append(b, "xHU"[app])
 	b = strconv.AppendInt(b, s.LeaseTransitions, 36)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, s.Token, 36)
@@ -217,6 +389,11 @@ func leaderETag(s *election.Status) string {
 	h = fnvString(h, s.Holder)
 	h = fnvString(h, s.Identity)
 	h = fnvString(h, s.Lease)
+	nc := s.NotCandidate
+	if strings.HasPrefix(nc, releasedFor) {
+		nc = releasedFor
+	}
+	h = fnvString(h, nc)
 	b = strconv.AppendUint(b, h, 36)
 	b = append(b, '"')
 	return string(b)

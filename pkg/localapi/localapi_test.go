@@ -8,34 +8,84 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
 
+// fakeElector is the API's view of an election. Tests that run handlers
+// concurrently change its status with set, which fires Changed as the
+// election loop does; the others assign status directly.
 type fakeElector struct {
+	mu         sync.Mutex
 	status     election.Status
 	alive      bool
 	releaseErr error
 	released   int
+	releaseFor []time.Duration // the d of every ReleaseFor call
+	changed    chan struct{}
 }
 
-func (f *fakeElector) Status() election.Status { return f.status }
-func (f *fakeElector) Alive() bool             { return f.alive }
+func (f *fakeElector) Status() election.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.status
+}
+func (f *fakeElector) Alive() bool { return f.alive }
 func (f *fakeElector) Release(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.released++
 	return f.releaseErr
+}
+func (f *fakeElector) ReleaseFor(_ context.Context, d time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released++
+	f.releaseFor = append(f.releaseFor, d)
+	return f.releaseErr
+}
+
+func (f *fakeElector) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
+}
+
+// set publishes s and fires Changed, as the election loop does.
+func (f *fakeElector) set(s election.Status) {
+	f.mu.Lock()
+	f.status = s
+	f.mu.Unlock()
+	f.fire()
+}
+
+// fire closes the Changed channel with no change of Status (the election
+// may fire spuriously, or a token may have just run out).
+func (f *fakeElector) fire() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed != nil {
+		close(f.changed)
+	}
+	f.changed = make(chan struct{})
 }
 
 var (
 	leading = election.Status{Lease: "ns/l", Identity: "pod-a", Ready: true, Holder: "pod-a", HoldsLease: true,
 		LeaseTransitions: 7, LeaseUID: "uid-1", IsLeader: true, Token: 7, ExpiresIn: 2500 * time.Millisecond,
-		ValidUntil: time.Unix(1000, 2500*int64(time.Millisecond)), LastToken: 7}
-	following = election.Status{Lease: "ns/l", Identity: "pod-b", Ready: true, Holder: "pod-a", LeaseTransitions: 7, LeaseUID: "uid-1"}
-	nobody    = election.Status{Lease: "ns/l", Identity: "pod-b", Ready: true, LeaseTransitions: 7, LeaseUID: "uid-1"}
-	unsafe    = election.Status{Lease: "ns/l", Identity: "pod-a", Ready: true, Holder: "pod-a", HoldsLease: true, LeaseTransitions: 7, LastToken: 7}
-	notReady  = election.Status{Lease: "ns/l", Identity: "pod-a"}
+		ValidUntil: time.Unix(1000, 2500*int64(time.Millisecond)), LastToken: 7, Candidate: true}
+	following = election.Status{Lease: "ns/l", Identity: "pod-b", Ready: true, Holder: "pod-a", LeaseTransitions: 7, LeaseUID: "uid-1", Candidate: true}
+	nobody    = election.Status{Lease: "ns/l", Identity: "pod-b", Ready: true, LeaseTransitions: 7, LeaseUID: "uid-1", Candidate: true}
+	unsafe    = election.Status{Lease: "ns/l", Identity: "pod-a", Ready: true, Holder: "pod-a", HoldsLease: true, LeaseTransitions: 7, LastToken: 7, Candidate: true}
+	notReady  = election.Status{Lease: "ns/l", Identity: "pod-a", Candidate: true}
+	withdrawn = election.Status{Lease: "ns/l", Identity: "pod-b", Ready: true, Holder: "pod-a", LeaseTransitions: 7, LeaseUID: "uid-1", NotCandidate: "app unhealthy: connection refused"}
+	timedOut  = election.Status{Lease: "ns/l", Identity: "pod-a", Ready: true, LeaseTransitions: 7, LeaseUID: "uid-1", LastToken: 7, NotCandidate: "released for 4m59s"}
 )
 
 func TestEndpoints(t *testing.T) {

@@ -36,42 +36,49 @@ func TestReleaseErrors(t *testing.T) {
 			want: []string{"stepped down, but writing the lease free failed: conflict: the object has been modified"}},
 		{name: "write failed with a context error", err: context.DeadlineExceeded, wantCode: 502, want: []string{"stepped down"}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			el := &fakeElector{status: leading, alive: true, releaseErr: tt.err}
-			rec := httptest.NewRecorder()
-			NewHandler(el, nil).ServeHTTP(rec, httptest.NewRequest("POST", "/release", nil))
-			if rec.Code != tt.wantCode {
-				t.Fatalf("code %d, want %d; body %s", rec.Code, tt.wantCode, rec.Body)
-			}
-			if el.released != 1 {
-				t.Fatalf("Release called %d times", el.released)
-			}
-			if tt.wantCode == 204 {
-				if rec.Body.Len() != 0 {
-					t.Fatalf("204 with a body: %q", rec.Body)
-				}
-				return
-			}
-			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
-				t.Fatalf("Content-Type %q", ct)
-			}
-			var e ErrorResponse
-			dec := json.NewDecoder(rec.Body)
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&e); err != nil || e.Error == "" {
-				t.Fatalf("body is not an ErrorResponse (%v): %+v", err, e)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(e.Error, w) {
-					t.Errorf("error %q does not contain %q", e.Error, w)
-				}
-			}
-			for _, w := range tt.notWant {
-				if strings.Contains(e.Error, w) {
-					t.Errorf("error %q contains %q", e.Error, w)
-				}
-			}
-		})
+	for _, target := range []string{"/release", "/release?for=5m"} {
+		for _, tt := range tests {
+			t.Run(target+" "+tt.name, func(t *testing.T) { checkReleaseError(t, target, tt.err, tt.wantCode, tt.want, tt.notWant) })
+		}
+	}
+}
+
+// checkReleaseError: POST target, whose Release or ReleaseFor returns err,
+// answers wantCode with an error message containing want and not notWant.
+func checkReleaseError(t *testing.T, target string, releaseErr error, wantCode int, want, notWant []string) {
+	t.Helper()
+	el := &fakeElector{status: leading, alive: true, releaseErr: releaseErr}
+	rec := httptest.NewRecorder()
+	NewHandler(el, nil).ServeHTTP(rec, httptest.NewRequest("POST", target, nil))
+	if rec.Code != wantCode {
+		t.Fatalf("code %d, want %d; body %s", rec.Code, wantCode, rec.Body)
+	}
+	if el.released != 1 {
+		t.Fatalf("Release called %d times", el.released)
+	}
+	if wantCode == 204 {
+		if rec.Body.Len() != 0 {
+			t.Fatalf("204 with a body: %q", rec.Body)
+		}
+		return
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	var e ErrorResponse
+	dec := json.NewDecoder(rec.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil || e.Error == "" {
+		t.Fatalf("body is not an ErrorResponse (%v): %+v", err, e)
+	}
+	for _, w := range want {
+		if !strings.Contains(e.Error, w) {
+			t.Errorf("error %q does not contain %q", e.Error, w)
+		}
+	}
+	for _, w := range notWant {
+		if strings.Contains(e.Error, w) {
+			t.Errorf("error %q contains %q", e.Error, w)
+		}
 	}
 }

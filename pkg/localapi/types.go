@@ -27,6 +27,15 @@ type LeaderResponse struct {
 	LeaseTransitions int64 `json:"leaseTransitions"`
 	// Ready: the Lease has been observed (found or not) since start.
 	Ready bool `json:"ready"`
+	// Candidate: this pod campaigns (it may take the Lease when it is free
+	// or expires). When false, NotCandidate says why: the app is unhealthy,
+	// or a POST /release?for= time out ("released for 4m59s", counting
+	// down).
+	Candidate    bool   `json:"candidate"`
+	NotCandidate string `json:"notCandidate,omitempty"`
+	// AppHealthy is present only when the sidecar probes the app
+	// (--app-health-url): the app's health as last judged.
+	AppHealthy *bool `json:"appHealthy,omitempty"`
 	// Token and ExpiresInMs are present only when IsLeader. ExpiresInMs
 	// is the validity left, rounded down; it is absent (0) in the last
 	// millisecond of a term.
@@ -63,8 +72,23 @@ type HealthResponse struct {
 	Status string `json:"status"`
 }
 
-// newLeaderResponse is the /leader body for s.
-func newLeaderResponse(s *election.Status) LeaderResponse {
+// appState is the app's health as the /leader body shows it.
+type appState uint8
+
+const (
+	appNone      appState = iota // no app health source: appHealthy absent
+	appHealthy                   // "appHealthy":true
+	appUnhealthy                 // "appHealthy":false
+)
+
+// The values AppHealthy points at (shared, never written).
+var (
+	boolTrue  = true
+	boolFalse = false
+)
+
+// newLeaderResponse is the /leader body for s and the app's health.
+func newLeaderResponse(s *election.Status, app appState) LeaderResponse {
 	r := LeaderResponse{
 		IsLeader:         s.IsLeader,
 		Holder:           s.Holder,
@@ -72,6 +96,14 @@ func newLeaderResponse(s *election.Status) LeaderResponse {
 		Lease:            s.Lease,
 		LeaseTransitions: s.LeaseTransitions,
 		Ready:            s.Ready,
+		Candidate:        s.Candidate,
+		NotCandidate:     s.NotCandidate,
+	}
+	switch app {
+	case appHealthy:
+		r.AppHealthy = &boolTrue
+	case appUnhealthy:
+		r.AppHealthy = &boolFalse
 	}
 	if s.IsLeader {
 		r.Token = s.Token
@@ -98,6 +130,16 @@ func (r *LeaderResponse) appendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, r.LeaseTransitions, 10)
 	b = append(b, `,"ready":`...)
 	b = strconv.AppendBool(b, r.Ready)
+	b = append(b, `,"candidate":`...)
+	b = strconv.AppendBool(b, r.Candidate)
+	if r.NotCandidate != "" {
+		b = append(b, `,"notCandidate":`...)
+		b = appendString(b, r.NotCandidate)
+	}
+	if r.AppHealthy != nil {
+		b = append(b, `,"appHealthy":`...)
+		b = strconv.AppendBool(b, *r.AppHealthy)
+	}
 	if r.Token != 0 {
 		b = append(b, `,"token":`...)
 		b = strconv.AppendInt(b, r.Token, 10)

@@ -76,11 +76,14 @@ var awkward = []string{
 // exactly encoding/json's encoding of the response types.
 func TestEncodersMatchEncodingJSON(t *testing.T) {
 	var statuses []election.Status
-	for _, base := range []election.Status{leading, following, nobody, unsafe, notReady, {}} {
+	for _, base := range []election.Status{leading, following, nobody, unsafe, notReady, withdrawn, timedOut, {}} {
 		statuses = append(statuses, base)
 		for _, s := range awkward {
 			st := base
 			st.Holder, st.Identity, st.Lease, st.LeaseUID = s, s+"-id", "ns/"+s, s
+			if !st.Candidate {
+				st.NotCandidate = "app unhealthy: " + s
+			}
 			statuses = append(statuses, st)
 		}
 	}
@@ -94,16 +97,25 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	neg.LeaseTransitions = -1 << 63
 	statuses = append(statuses, neg)
 
-	for _, s := range statuses {
+	for i, s := range statuses {
 		el := &fakeElector{status: s, alive: true}
-		h := NewHandler(el, nil)
+		// Every third handler has no app health source; the others say
+		// healthy or unhealthy.
+		var app *bool
+		var opts []Option
+		if i%3 != 0 {
+			healthy := i%3 == 1
+			app = &healthy
+			opts = append(opts, WithAppHealth(func() bool { return healthy }))
+		}
+		h := NewHandler(el, nil, opts...)
 		for _, path := range []string{"/leader", "/token", "/healthz", "/readyz"} {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 			var want []byte
 			switch {
 			case path == "/leader":
-				want = stdJSON(t, leaderWant(s))
+				want = stdJSON(t, leaderWant(s, app))
 			case path == "/token" && rec.Code == 200:
 				want = stdJSON(t, TokenResponse{Token: s.Token, Lease: s.Lease, LeaseUID: s.LeaseUID, ExpiresInMs: s.ExpiresIn.Milliseconds()})
 			case path == "/token" && rec.Code == 409:
@@ -133,10 +145,11 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	}
 }
 
-// leaderWant is the /leader body for s, spelled out from the README.
-func leaderWant(s election.Status) LeaderResponse {
+// leaderWant is the /leader body for s and the app's health (nil: no
+// source), spelled out from the README.
+func leaderWant(s election.Status, app *bool) LeaderResponse {
 	r := LeaderResponse{IsLeader: s.IsLeader, Holder: s.Holder, Identity: s.Identity, Lease: s.Lease,
-		LeaseTransitions: s.LeaseTransitions, Ready: s.Ready}
+		LeaseTransitions: s.LeaseTransitions, Ready: s.Ready, Candidate: s.Candidate, NotCandidate: s.NotCandidate, AppHealthy: app}
 	if s.IsLeader {
 		r.Token, r.ExpiresInMs = s.Token, s.ExpiresIn.Milliseconds()
 	}
@@ -151,8 +164,8 @@ func TestEncodersRoundTripTable(t *testing.T) {
 	checkRoundTrip(t, NotLeaderResponse{})
 	checkRoundTrip(t, HealthResponse{})
 	for _, s := range awkward {
-		checkRoundTrip(t, LeaderResponse{IsLeader: true, Holder: s, Identity: s, Lease: s, LeaseTransitions: 3, Ready: true, Token: 3, ExpiresInMs: 1})
-		checkRoundTrip(t, LeaderResponse{Holder: s, LeaseTransitions: -1, Token: -5})
+		checkRoundTrip(t, LeaderResponse{IsLeader: true, Holder: s, Identity: s, Lease: s, LeaseTransitions: 3, Ready: true, Candidate: true, AppHealthy: &boolTrue, Token: 3, ExpiresInMs: 1})
+		checkRoundTrip(t, LeaderResponse{Holder: s, LeaseTransitions: -1, NotCandidate: s, AppHealthy: &boolFalse, Token: -5})
 		checkRoundTrip(t, TokenResponse{Token: -1, Lease: s, LeaseUID: s, ExpiresInMs: -1 << 63})
 		checkRoundTrip(t, ErrorResponse{Error: s})
 		checkRoundTrip(t, NotLeaderResponse{Error: s, Holder: s})
@@ -176,6 +189,18 @@ func randString(r *rand.Rand) string {
 		}
 	}
 	return b.String()
+}
+
+// randBoolPtr is nil, true or false.
+func randBoolPtr(r *rand.Rand) *bool {
+	switch r.IntN(3) {
+	case 0:
+		return nil
+	case 1:
+		return &boolTrue
+	default:
+		return &boolFalse
+	}
 }
 
 func randInt(r *rand.Rand) int64 {
@@ -213,7 +238,8 @@ func TestEncodersRoundTripRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
 	for i := 0; i < 5000 && !t.Failed(); i++ {
 		checkRoundTrip(t, LeaderResponse{IsLeader: r.IntN(2) == 0, Holder: randString(r), Identity: randString(r), Lease: randString(r),
-			LeaseTransitions: randInt(r), Ready: r.IntN(2) == 0, Token: randInt(r), ExpiresInMs: randInt(r)})
+			LeaseTransitions: randInt(r), Ready: r.IntN(2) == 0, Candidate: r.IntN(2) == 0, NotCandidate: randString(r),
+			AppHealthy: randBoolPtr(r), Token: randInt(r), ExpiresInMs: randInt(r)})
 		checkRoundTrip(t, TokenResponse{Token: randInt(r), Lease: randString(r), LeaseUID: randString(r), ExpiresInMs: randInt(r)})
 		checkRoundTrip(t, ErrorResponse{Error: randString(r)})
 		checkRoundTrip(t, NotLeaderResponse{Error: randString(r), Holder: randString(r)})
@@ -224,11 +250,19 @@ func TestEncodersRoundTripRandom(t *testing.T) {
 // FuzzEncoders: `go test -fuzz FuzzEncoders ./pkg/localapi` explores further;
 // plain `go test` runs the seeds.
 func FuzzEncoders(f *testing.F) {
-	for _, s := range awkward {
-		f.Add(s, s+"x", int64(len(s)), int64(-len(s)), true)
+	for i, s := range awkward {
+		f.Add(s, s+"x", s, int64(len(s)), int64(-len(s)), true, uint8(i))
 	}
-	f.Fuzz(func(t *testing.T, a, b string, n, m int64, flag bool) {
-		checkRoundTrip(t, LeaderResponse{IsLeader: flag, Holder: a, Identity: b, Lease: a + b, LeaseTransitions: n, Ready: !flag, Token: m, ExpiresInMs: n ^ m})
+	f.Fuzz(func(t *testing.T, a, b, c string, n, m int64, flag bool, app uint8) {
+		var healthy *bool
+		switch app % 3 {
+		case 1:
+			healthy = &boolTrue
+		case 2:
+			healthy = &boolFalse
+		}
+		checkRoundTrip(t, LeaderResponse{IsLeader: flag, Holder: a, Identity: b, Lease: a + b, LeaseTransitions: n, Ready: !flag,
+			Candidate: c == "", NotCandidate: c, AppHealthy: healthy, Token: m, ExpiresInMs: n ^ m})
 		checkRoundTrip(t, TokenResponse{Token: n, Lease: a, LeaseUID: b, ExpiresInMs: m})
 		checkRoundTrip(t, ErrorResponse{Error: a})
 		checkRoundTrip(t, NotLeaderResponse{Error: a, Holder: b})
@@ -240,7 +274,8 @@ func FuzzEncoders(f *testing.F) {
 // nothing for ASCII strings (the common case: pod names, namespaces).
 func TestEncodersDoNotAllocate(t *testing.T) {
 	buf := make([]byte, 0, 512)
-	l := LeaderResponse{IsLeader: true, Holder: "billing-7d9c-abcde", Identity: "billing-7d9c-abcde", Lease: "team/billing", LeaseTransitions: 5, Ready: true, Token: 5, ExpiresInMs: 14630}
+	l := LeaderResponse{IsLeader: true, Holder: "billing-7d9c-abcde", Identity: "billing-7d9c-abcde", Lease: "team/billing", LeaseTransitions: 5, Ready: true,
+		Candidate: true, NotCandidate: "released for 4m59s", AppHealthy: &boolTrue, Token: 5, ExpiresInMs: 14630}
 	tok := TokenResponse{Token: 5, Lease: "team/billing", LeaseUID: "4f0c0000-1111-2222-3333-444455556666", ExpiresInMs: 14213}
 	nl := NotLeaderResponse{Error: "not the leader", Holder: "billing-7d9c-abcde"}
 	n := testing.AllocsPerRun(100, func() {

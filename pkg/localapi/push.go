@@ -1,0 +1,214 @@
+package localapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The push side of the local API: GET /leader?wait= (a long-poll on the
+// ETag) and GET /watch (server-sent events). Both wait on the elector's
+// Changed channel: the election loop only closes a channel, and every
+// handler reads the state and does its own writes, so a slow client never
+// holds up the loop or another client.
+
+// queryParams parses the query and answers 400 (and false) if it is
+// malformed, names a parameter not in allowed, or gives one twice.
+func queryParams(w http.ResponseWriter, r *http.Request, allowed ...string) (map[string]string, bool) {
+	if r.URL.RawQuery == "" {
+		return nil, true
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "malformed query: "+err.Error())
+		return nil, false
+	}
+	names := make([]string, 0, len(q))
+	for k := range q {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make(map[string]string, len(q))
+	for _, k := range names {
+		known := false
+		for _, a := range allowed {
+			known = known || k == a
+		}
+		if !known {
+			msg := fmt.Sprintf("unknown query parameter %q on %s", k, r.URL.Path)
+			if len(allowed) > 0 {
+				msg += "; allowed: " + strings.Join(allowed, ", ")
+			} else {
+				msg += "; it takes none"
+			}
+			writeError(w, http.StatusBadRequest, msg)
+			return nil, false
+		}
+		if n := len(q[k]); n > 1 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("query parameter %s: given %d times", k, n))
+			return nil, false
+		}
+		out[k] = q[k][0]
+	}
+	return out, true
+}
+
+// parseDuration parses a Go duration ("30s", "1m30s") within [lo, hi].
+func parseDuration(v string, lo, hi time.Duration) (time.Duration, error) {
+	if v == "" {
+		return 0, fmt.Errorf("empty; want a duration such as 30s")
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (such as 30s or 1m30s)", v)
+	}
+	switch {
+	case d < lo && lo <= 0:
+		return 0, fmt.Errorf("%s: must not be negative", v)
+	case d < lo:
+		return 0, fmt.Errorf("%s: must be greater than 0", v)
+	case d > hi:
+		return 0, fmt.Errorf("%s: must be at most %s", v, hi)
+	}
+	return d, nil
+}
+
+// acquire takes one of the waiter slots; false (and a 503 written) when
+// all are taken.
+func (h *Handler) acquire(w http.ResponseWriter) bool {
+	if h.waiters.Add(1) > h.maxWaiters {
+		h.waiters.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable,
+			"too many watchers and long-polls ("+strconv.FormatInt(h.maxWaiters, 10)+" at most); retry later")
+		return false
+	}
+	return true
+}
+
+func (h *Handler) releaseSlot() { h.waiters.Add(-1) }
+
+// longPoll answers GET /leader?wait= with If-None-Match: it returns as soon
+// as the ETag no longer matches, or when wait ends (then 304 if nothing
+// changed), or when the client goes away.
+func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, match string, wait time.Duration) {
+	ch := h.el.Changed()
+	v := h.view()
+	if !etagMatches(match, v.etag()) {
+		h.answerLeader(w, &v, match)
+		return
+	}
+	if !h.acquire(w) {
+		return
+	}
+	defer h.releaseSlot()
+	rc := http.NewResponseController(w)
+	// The server's read and write timeouts would end the request while it
+	// waits; the answer gets its own write deadline below.
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	timer := h.clock.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ch:
+			ch = h.el.Changed()
+			v = h.view()
+			if etagMatches(match, v.etag()) {
+				continue
+			}
+		case <-timer.C():
+			v = h.view()
+		case <-r.Context().Done():
+			return
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
+		h.answerLeader(w, &v, match)
+		return
+	}
+}
+
+// heartbeat is the comment /watch writes every heartbeat interval, so that
+// proxies and clients can tell a quiet stream from a dead one.
+var heartbeat = []byte(": heartbeat\n\n")
+
+// watch streams GET /leader's state as server-sent events: the current
+// state at once (unless the client's Last-Event-ID is its ETag), then one
+// event whenever the ETag changes, each
+//
+//	id: <ETag>
+//	event: leader
+//	data: <the /leader body on one line>
+//
+// Changes that come faster than the client reads are coalesced: it always
+// gets the latest state.
+func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
+	if _, ok := queryParams(w, r); !ok {
+		return
+	}
+	hdr := w.Header()
+	if r.Method == http.MethodHead {
+		hdr.Set("Content-Type", "text/event-stream")
+		hdr.Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if !h.acquire(w) {
+		return
+	}
+	defer h.releaseSlot()
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// write sends b and flushes it, within the write timeout.
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
+		if len(b) > 0 {
+			if _, err := w.Write(b); err != nil {
+				return false
+			}
+		}
+		return rc.Flush() == nil
+	}
+	if !write(nil) { // the headers, even when no event follows at once
+		return
+	}
+	last := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
+	ticker := h.clock.NewTicker(h.heartbeat)
+	defer ticker.Stop()
+	buf := make([]byte, 0, 512)
+	for {
+		ch := h.el.Changed()
+		v := h.view()
+		if tag := v.etag(); tag != last {
+			buf = append(buf[:0], "id: "...)
+			buf = append(buf, tag...)
+			buf = append(buf, "\nevent: leader\ndata: "...)
+			buf = v.appendJSON(buf)
+			buf = append(buf, "\n\n"...)
+			if !write(buf) {
+				return
+			}
+			last = tag
+		}
+		for waiting := true; waiting; {
+			select {
+			case <-ch:
+				waiting = false
+			case <-ticker.C():
+				if !write(heartbeat) {
+					return
+				}
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+}
