@@ -44,6 +44,8 @@ type writerConfig struct {
 	store    string
 	interval time.Duration
 	writer   string
+	// healthListen, if set, serves the demo's health endpoint (health.go).
+	healthListen string
 }
 
 type storeConfig struct {
@@ -59,6 +61,9 @@ func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(form
 
 // run is main without the process: it returns the exit code.
 func run(ctx context.Context, args []string, e env, late <-chan os.Signal, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "health" {
+		return runHealthCommand(ctx, args[1:], e, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "store" {
 		cfg, err := parseStore(args[1:], e, stderr)
 		if err != nil {
@@ -133,11 +138,13 @@ func parseWriter(args []string, e env, stderr io.Writer) (*writerConfig, error) 
 	fs.StringVar(&c.store, "store", "", "where to write: configmap:<namespace>/<name>, or http://host:port of an elector-demo store (env ELECTOR_DEMO_STORE, required)")
 	fs.DurationVar(&c.interval, "interval", 500*time.Millisecond, "pause between attempts (env ELECTOR_DEMO_INTERVAL)")
 	fs.StringVar(&c.writer, "writer", "", "name written with each value (env ELECTOR_DEMO_WRITER; default $POD_NAME, then the hostname)")
+	fs.StringVar(&c.healthListen, "health-listen", "", "serve GET /healthz and POST /health?fail=true|false here, e.g. 127.0.0.1:8080 (env ELECTOR_DEMO_HEALTH_LISTEN; default off)")
 	err := parseFlags(fs, help, args, map[string]string{
-		"sidecar":  "ELECTOR_DEMO_SIDECAR",
-		"store":    "ELECTOR_DEMO_STORE",
-		"interval": "ELECTOR_DEMO_INTERVAL",
-		"writer":   "ELECTOR_DEMO_WRITER",
+		"sidecar":       "ELECTOR_DEMO_SIDECAR",
+		"store":         "ELECTOR_DEMO_STORE",
+		"interval":      "ELECTOR_DEMO_INTERVAL",
+		"writer":        "ELECTOR_DEMO_WRITER",
+		"health-listen": "ELECTOR_DEMO_HEALTH_LISTEN",
 	}, e)
 	if err != nil {
 		return nil, err
@@ -162,6 +169,11 @@ func parseWriter(args []string, e env, stderr io.Writer) (*writerConfig, error) 
 	c.sidecar = strings.TrimRight(c.sidecar, "/")
 	if _, _, _, err := parseStoreSpec(c.store); err != nil {
 		return nil, err
+	}
+	if c.healthListen != "" {
+		if _, _, err := net.SplitHostPort(c.healthListen); err != nil {
+			return nil, usagef("--health-listen %q: want host:port", c.healthListen)
+		}
 	}
 	return c, nil
 }
@@ -251,6 +263,13 @@ func runWriter(ctx context.Context, cfg *writerConfig, e env, late <-chan os.Sig
 	}
 	w := &writer{cfg: cfg, store: store, http: &http.Client{Timeout: 2 * time.Second}, out: out}
 	w.logf("result=starting sidecar=%s store=%s interval=%v", cfg.sidecar, cfg.store, cfg.interval)
+	if cfg.healthListen != "" {
+		stop, err := serveHealth(cfg.healthListen, w.logf)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {

@@ -5,6 +5,7 @@
 //
 //	elector-demo [flags]                            the writer loop
 //	elector-demo store [--listen 127.0.0.1:7070]    a fenced HTTP store to write to
+//	elector-demo health fail|pass [--addr ADDR]     switch a running writer's health endpoint
 //
 // Writer flags (each with an environment variable; the flag wins):
 //
@@ -15,6 +16,9 @@
 //	                                   http://host:port              a fenced HTTP store (elector-demo store)
 //	--interval  ELECTOR_DEMO_INTERVAL  pause between attempts (default 500ms)
 //	--writer    ELECTOR_DEMO_WRITER    name written with each value (default $POD_NAME, then the hostname)
+//	--health-listen ELECTOR_DEMO_HEALTH_LISTEN  serve GET /healthz (200, or 503 after `health fail`)
+//	                                   and POST /health?fail=true|false here, e.g. 127.0.0.1:8080
+//	                                   (default off); for the sidecar's --app-health-url
 //
 // Each attempt logs one line, e.g.
 //

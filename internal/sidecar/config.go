@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 )
 
 // ServiceAccountNamespaceFile is where a pod finds its namespace.
@@ -36,6 +40,17 @@ type Config struct {
 	LogFormat       string
 	LogLevel        string
 	ShowVersion     bool
+
+	// App health (--app-health-*): off while AppHealthURL is empty.
+	AppHealthURL              string
+	AppHealthPeriod           time.Duration
+	AppHealthTimeout          time.Duration
+	AppHealthFailureThreshold int
+	AppHealthSuccessThreshold int
+
+	// LeaderLabel is the pod label key that marks the leader's pod
+	// (--leader-label); off while empty.
+	LeaderLabel string
 }
 
 // Env abstracts the process environment for tests.
@@ -74,6 +89,12 @@ var Flags = []flagSpec{
 	{"kubeconfig", "ELECTOR_KUBECONFIG"},
 	{"log-format", "ELECTOR_LOG_FORMAT"},
 	{"log-level", "ELECTOR_LOG_LEVEL"},
+	{"app-health-url", "ELECTOR_APP_HEALTH_URL"},
+	{"app-health-period", "ELECTOR_APP_HEALTH_PERIOD"},
+	{"app-health-timeout", "ELECTOR_APP_HEALTH_TIMEOUT"},
+	{"app-health-failure-threshold", "ELECTOR_APP_HEALTH_FAILURE_THRESHOLD"},
+	{"app-health-success-threshold", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD"},
+	{"leader-label", "ELECTOR_LEADER_LABEL"},
 }
 
 // newFlagSet registers every flag of the binary on c, with its default.
@@ -94,6 +115,12 @@ func newFlagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster config)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.AppHealthURL, "app-health-url", "", "the app's health endpoint, http://127.0.0.1:PORT/PATH (or [::1], localhost); while it fails this pod does not lead (default: off)")
+	fs.DurationVar(&c.AppHealthPeriod, "app-health-period", apphealth.DefaultPeriod, "how often the app's health endpoint is probed")
+	fs.DurationVar(&c.AppHealthTimeout, "app-health-timeout", apphealth.DefaultTimeout, "how long one app health probe may take; must be < --app-health-period")
+	fs.IntVar(&c.AppHealthFailureThreshold, "app-health-failure-threshold", apphealth.DefaultFailureThreshold, "consecutive failed probes that make the app unhealthy (the pod steps down)")
+	fs.IntVar(&c.AppHealthSuccessThreshold, "app-health-success-threshold", apphealth.DefaultSuccessThreshold, "consecutive passed probes that make the app healthy (the pod campaigns)")
+	fs.StringVar(&c.LeaderLabel, "leader-label", "", "label key (e.g. "+leaderlabel.DefaultKey+") set to \"true\" on this pod (named by --identity, in the Lease namespace) while it leads, for a Service that routes to the leader (default: off)")
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -189,6 +216,14 @@ func (c *Config) Validate() error {
 	if c.MetricsAddress != "" && c.MetricsAddress == c.HTTPAddress {
 		return fmt.Errorf("--metrics-address %q: must differ from --http-address", c.MetricsAddress)
 	}
+	if err := c.validateAppHealth(); err != nil {
+		return err
+	}
+	if c.LeaderLabel != "" {
+		if why := leaderlabel.ValidateKey(c.LeaderLabel); why != "" {
+			return fmt.Errorf("--leader-label %q: not a valid label key: %s", c.LeaderLabel, why)
+		}
+	}
 	ec := c.ElectionConfig()
 	ec.Client = nil
 	if errs := ec.Validate(); len(errs) > 0 {
@@ -278,6 +313,64 @@ func checkAddress(flagName, addr string, optional bool) error {
 	}
 	if p, err := net.LookupPort("tcp", port); err != nil || p < 0 || p > 65535 {
 		return fmt.Errorf("%s %q: invalid port", flagName, addr)
+	}
+	return nil
+}
+
+// validateAppHealth checks the --app-health-* flags (also when the URL is
+// empty: a bad value is a mistake either way).
+func (c *Config) validateAppHealth() error {
+	if err := checkAppHealthURL(c.AppHealthURL); err != nil {
+		return err
+	}
+	switch {
+	case c.AppHealthPeriod <= 0:
+		return fmt.Errorf("--app-health-period %v: must be positive", c.AppHealthPeriod)
+	case c.AppHealthTimeout <= 0:
+		return fmt.Errorf("--app-health-timeout %v: must be positive", c.AppHealthTimeout)
+	case c.AppHealthTimeout >= c.AppHealthPeriod:
+		return fmt.Errorf("--app-health-timeout %v: must be less than --app-health-period %v", c.AppHealthTimeout, c.AppHealthPeriod)
+	case c.AppHealthFailureThreshold < 1:
+		return fmt.Errorf("--app-health-failure-threshold %d: must be at least 1", c.AppHealthFailureThreshold)
+	case c.AppHealthSuccessThreshold < 1:
+		return fmt.Errorf("--app-health-success-threshold %d: must be at least 1", c.AppHealthSuccessThreshold)
+	}
+	return nil
+}
+
+// checkAppHealthURL accepts "" (off) or http://HOST:PORT/PATH with a
+// loopback HOST (127.0.0.1, [::1], localhost): the app in this pod, never
+// another pod or service.
+func checkAppHealthURL(s string) error {
+	if s == "" {
+		return nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("--app-health-url %q: %s; want http://127.0.0.1:PORT/PATH, http://[::1]:PORT/PATH or http://localhost:PORT/PATH", s, why)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return bad("not a URL")
+	}
+	switch {
+	case u.Scheme != "http":
+		return bad("scheme must be http")
+	case u.User != nil:
+		return bad("must not carry user info")
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return bad("must not have a fragment")
+	}
+	switch h := u.Hostname(); h {
+	case "127.0.0.1", "::1", "localhost":
+	default:
+		return bad("host must be loopback (the app in this pod)")
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil || p < 1 || p > 65535 {
+		return bad("needs a port 1-65535")
+	}
+	if !strings.HasPrefix(u.Path, "/") {
+		return bad("needs a path (e.g. /healthz)")
 	}
 	return nil
 }

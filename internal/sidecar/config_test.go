@@ -49,7 +49,8 @@ func TestParse(t *testing.T) {
 		{name: "defaults", args: []string{"--lease-name=billing"}, host: "host-1", check: func(t *testing.T, c *Config) {
 			want := Config{LeaseName: "billing", LeaseNamespace: "default", Identity: "host-1", LeaseDuration: 15 * time.Second,
 				RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond,
-				HTTPAddress: "127.0.0.1:4040", LogFormat: "text", LogLevel: "info"}
+				HTTPAddress: "127.0.0.1:4040", LogFormat: "text", LogLevel: "info",
+				AppHealthPeriod: 2 * time.Second, AppHealthTimeout: time.Second, AppHealthFailureThreshold: 3, AppHealthSuccessThreshold: 1}
 			if *c != want {
 				t.Fatalf("got %+v\nwant %+v", *c, want)
 			}
@@ -69,11 +70,16 @@ func TestParse(t *testing.T) {
 			"ELECTOR_LEASE_NAME": "l", "ELECTOR_LEASE_NAMESPACE": "ns", "ELECTOR_IDENTITY": "me",
 			"ELECTOR_LEASE_DURATION": "3s", "ELECTOR_RENEW_DEADLINE": "2s", "ELECTOR_RETRY_PERIOD": "500ms",
 			"ELECTOR_CLOCK_SKEW_MARGIN": "100ms", "ELECTOR_HTTP_ADDRESS": "127.0.0.1:5050", "ELECTOR_METRICS_ADDRESS": ":9090",
-			"ELECTOR_KUBECONFIG": "/k", "ELECTOR_LOG_FORMAT": "json", "ELECTOR_LOG_LEVEL": "debug", "POD_NAME": "ignored"},
+			"ELECTOR_KUBECONFIG": "/k", "ELECTOR_LOG_FORMAT": "json", "ELECTOR_LOG_LEVEL": "debug", "POD_NAME": "ignored",
+			"ELECTOR_APP_HEALTH_URL": "http://localhost:8080/healthz", "ELECTOR_APP_HEALTH_PERIOD": "5s", "ELECTOR_APP_HEALTH_TIMEOUT": "3s",
+			"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "2", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD": "4",
+			"ELECTOR_LEADER_LABEL": "example.com/leader"},
 			check: func(t *testing.T, c *Config) {
 				want := Config{LeaseName: "l", LeaseNamespace: "ns", Identity: "me", LeaseDuration: 3 * time.Second,
 					RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 100 * time.Millisecond,
-					HTTPAddress: "127.0.0.1:5050", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug"}
+					HTTPAddress: "127.0.0.1:5050", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
+					AppHealthURL: "http://localhost:8080/healthz", AppHealthPeriod: 5 * time.Second, AppHealthTimeout: 3 * time.Second,
+					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader"}
 				if *c != want {
 					t.Fatalf("got %+v\nwant %+v", *c, want)
 				}
@@ -110,6 +116,61 @@ func TestParse(t *testing.T) {
 		{name: "bad http port", args: []string{"--lease-name=l", "--http-address=127.0.0.1:99999"}, host: "h", wantErr: `--http-address "127.0.0.1:99999": invalid port`},
 		{name: "hostname in address", args: []string{"--lease-name=l", "--http-address=example.com:80"}, host: "h", wantErr: "host must be an IP address"},
 		{name: "same metrics address", args: []string{"--lease-name=l", "--metrics-address=127.0.0.1:4040"}, host: "h", wantErr: "must differ from --http-address"},
+		{name: "app health on ipv4 loopback", args: []string{"--lease-name=l", "--app-health-url=http://127.0.0.1:8080/healthz?full=1"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.AppHealthURL != "http://127.0.0.1:8080/healthz?full=1" {
+				t.Fatalf("app health URL %q", c.AppHealthURL)
+			}
+		}},
+		{name: "app health on ipv6 loopback", args: []string{"--lease-name=l", "--app-health-url=http://[::1]:8080/"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.AppHealthURL != "http://[::1]:8080/" {
+				t.Fatalf("app health URL %q", c.AppHealthURL)
+			}
+		}},
+		{name: "app health url not loopback", args: []string{"--lease-name=l", "--app-health-url=http://10.0.0.7:8080/healthz"}, host: "h", wantErr: `--app-health-url "http://10.0.0.7:8080/healthz": host must be loopback`},
+		{name: "app health url a service name", args: []string{"--lease-name=l", "--app-health-url=http://app.team.svc:8080/healthz"}, host: "h", wantErr: `--app-health-url "http://app.team.svc:8080/healthz": host must be loopback`},
+		{name: "app health url 0.0.0.0", args: []string{"--lease-name=l", "--app-health-url=http://0.0.0.0:8080/healthz"}, host: "h", wantErr: "host must be loopback"},
+		{name: "app health url https", args: []string{"--lease-name=l", "--app-health-url=https://127.0.0.1:8443/healthz"}, host: "h", wantErr: "scheme must be http"},
+		{name: "app health url without scheme", args: []string{"--lease-name=l", "--app-health-url=127.0.0.1:8080/healthz"}, host: "h", wantErr: `--app-health-url "127.0.0.1:8080/healthz": `},
+		{name: "app health url without port", args: []string{"--lease-name=l", "--app-health-url=http://localhost/healthz"}, host: "h", wantErr: "needs a port 1-65535"},
+		{name: "app health url port 0", args: []string{"--lease-name=l", "--app-health-url=http://localhost:0/healthz"}, host: "h", wantErr: "needs a port 1-65535"},
+		{name: "app health url port too big", args: []string{"--lease-name=l", "--app-health-url=http://localhost:70000/healthz"}, host: "h", wantErr: "needs a port 1-65535"},
+		{name: "app health url without path", args: []string{"--lease-name=l", "--app-health-url=http://localhost:8080"}, host: "h", wantErr: "needs a path"},
+		{name: "app health url with user", args: []string{"--lease-name=l", "--app-health-url=http://u:p@localhost:8080/healthz"}, host: "h", wantErr: "must not carry user info"},
+		{name: "app health url with fragment", args: []string{"--lease-name=l", "--app-health-url=http://localhost:8080/healthz#x"}, host: "h", wantErr: "must not have a fragment"},
+		{name: "app health url unparsable", args: []string{"--lease-name=l", "--app-health-url=http://local host:8080/%zz"}, host: "h", wantErr: "not a URL"},
+		{name: "app health url from env", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_APP_HEALTH_URL": "http://example.com:80/healthz"}, host: "h", wantErr: `--app-health-url "http://example.com:80/healthz"`},
+		{name: "app health period zero", args: []string{"--lease-name=l", "--app-health-period=0"}, host: "h", wantErr: "--app-health-period 0s: must be positive", exact: true},
+		{name: "app health period negative", args: []string{"--lease-name=l", "--app-health-period=-2s"}, host: "h", wantErr: "--app-health-period -2s: must be positive"},
+		{name: "app health period not a duration", args: []string{"--lease-name=l", "--app-health-period=2"}, host: "h", wantErr: `invalid value "2" for flag -app-health-period`},
+		{name: "app health timeout zero", args: []string{"--lease-name=l", "--app-health-timeout=0s"}, host: "h", wantErr: "--app-health-timeout 0s: must be positive"},
+		{name: "app health timeout equals period", args: []string{"--lease-name=l", "--app-health-timeout=2s"}, host: "h", wantErr: "--app-health-timeout 2s: must be less than --app-health-period 2s", exact: true},
+		{name: "app health timeout above period from env", args: []string{"--lease-name=l"}, env: map[string]string{"ELECTOR_APP_HEALTH_PERIOD": "500ms"}, host: "h", wantErr: "--app-health-timeout 1s: must be less than --app-health-period 500ms"},
+		{name: "app health failure threshold zero", args: []string{"--lease-name=l", "--app-health-failure-threshold=0"}, host: "h", wantErr: "--app-health-failure-threshold 0: must be at least 1", exact: true},
+		{name: "app health failure threshold negative", args: []string{"--lease-name=l", "--app-health-failure-threshold=-1"}, host: "h", wantErr: "--app-health-failure-threshold -1: must be at least 1"},
+		{name: "app health failure threshold not a number", env: map[string]string{"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "three"}, wantErr: `invalid value "three" for ELECTOR_APP_HEALTH_FAILURE_THRESHOLD (--app-health-failure-threshold)`},
+		{name: "app health success threshold zero", args: []string{"--lease-name=l", "--app-health-success-threshold=0"}, host: "h", wantErr: "--app-health-success-threshold 0: must be at least 1", exact: true},
+		{name: "app health success threshold not a number", args: []string{"--lease-name=l", "--app-health-success-threshold=1.5"}, host: "h", wantErr: `invalid value "1.5" for flag -app-health-success-threshold`},
+		{name: "leader label: the chart's key", args: []string{"--lease-name=l", "--leader-label=elector-sidecar.io/leader"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.LeaderLabel != "elector-sidecar.io/leader" {
+				t.Fatalf("leader label %q", c.LeaderLabel)
+			}
+		}},
+		{name: "leader label without a prefix", args: []string{"--lease-name=l", "--leader-label=leader"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.LeaderLabel != "leader" {
+				t.Fatalf("leader label %q", c.LeaderLabel)
+			}
+		}},
+		{name: "leader label empty is off", args: []string{"--lease-name=l", "--leader-label="}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.LeaderLabel != "" {
+				t.Fatalf("leader label %q", c.LeaderLabel)
+			}
+		}},
+		{name: "leader label with a space", args: []string{"--lease-name=l", "--leader-label=my leader"}, host: "h", wantErr: `--leader-label "my leader": not a valid label key: name part must consist of alphanumeric characters`},
+		{name: "leader label with two slashes", args: []string{"--lease-name=l", "--leader-label=a/b/c"}, host: "h", wantErr: `--leader-label "a/b/c": not a valid label key: a valid label key must consist of`},
+		{name: "leader label with an upper-case prefix", args: []string{"--lease-name=l", "--leader-label=Example.com/leader"}, host: "h", wantErr: `--leader-label "Example.com/leader": not a valid label key: prefix part a lowercase RFC 1123 subdomain`},
+		{name: "leader label name too long", args: []string{"--lease-name=l", "--leader-label=" + strings.Repeat("x", 64)}, host: "h", wantErr: "name part must be no more than 63 bytes"},
+		{name: "leader label empty name", args: []string{"--lease-name=l", "--leader-label=example.com/"}, host: "h", wantErr: `--leader-label "example.com/": not a valid label key: name part must be non-empty`},
+		{name: "leader label from env", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_LEADER_LABEL": "-leader"}, host: "h", wantErr: `--leader-label "-leader": not a valid label key`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,8 +4,17 @@ import (
 	"flag"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
+	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // readmeSection returns the README's "## title" section (up to the next
@@ -120,5 +129,118 @@ func TestReadmeExitCodeExample(t *testing.T) {
 	}
 	if got := "elector-sidecar: " + err.Error(); got != m[1] {
 		t.Errorf("binary prints %q, README says %q", got, m[1])
+	}
+}
+
+// TestReadmeAppHealthSection: the "App health" section's command line is
+// accepted by Parse as written (and sets what it shows), and the section
+// names the metrics the prober registers and the reason a sidecar starts with.
+func TestReadmeAppHealthSection(t *testing.T) {
+	section := readmeSection(t, "App health")
+	var cmds []framework.ConsoleCommand
+	for _, b := range framework.MarkdownCodeBlocks(section) {
+		if b.Lang == "console" {
+			cmds = append(cmds, framework.ConsoleCommands(b.Code)...)
+		}
+	}
+	if len(cmds) != 1 {
+		t.Fatalf("README App health: want one console command, found %d", len(cmds))
+	}
+	args := strings.Fields(strings.ReplaceAll(cmds[0].Command, "\\\n", " "))
+	if len(args) == 0 || args[0] != "elector-sidecar" {
+		t.Fatalf("README App health command %q does not run elector-sidecar", cmds[0].Command)
+	}
+	c, err := Parse(args[1:], testEnv(nil, "", "h"), nil)
+	if err != nil {
+		t.Fatalf("README App health command %q: %v", cmds[0].Command, err)
+	}
+	for _, a := range args[1:] {
+		name, val, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		var got string
+		switch name {
+		case "app-health-url":
+			got = c.AppHealthURL
+		case "app-health-period":
+			got = c.AppHealthPeriod.String()
+		case "app-health-timeout":
+			got = c.AppHealthTimeout.String()
+		case "app-health-failure-threshold":
+			got = strconv.Itoa(c.AppHealthFailureThreshold)
+		case "app-health-success-threshold":
+			got = strconv.Itoa(c.AppHealthSuccessThreshold)
+		default:
+			continue
+		}
+		if got != val {
+			t.Errorf("README App health: --%s=%s parsed as %s", name, val, got)
+		}
+	}
+	if c.AppHealthURL == "" {
+		t.Error("README App health command sets no --app-health-url")
+	}
+
+	reg := prometheus.NewRegistry()
+	if _, err := apphealth.New(apphealth.Config{URL: "http://127.0.0.1:1/healthz", Period: 2 * time.Second, Timeout: time.Second,
+		FailureThreshold: 1, SuccessThreshold: 1, Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !strings.Contains(section, "`"+mf.GetName()+"`") {
+			t.Errorf("README App health does not name the metric %s", mf.GetName())
+		}
+	}
+	if !strings.Contains(section, `"`+AppNotHealthyYet+`"`) {
+		t.Errorf("README App health does not quote the start reason %q", AppNotHealthyYet)
+	}
+}
+
+// TestReadmeLeaderOnlyRoutingSection: the "Leader-only routing" section's
+// command line is accepted by Parse as written, with the label key it shows
+// (the chart's default), and the section names the labeler's metric.
+func TestReadmeLeaderOnlyRoutingSection(t *testing.T) {
+	section := readmeSection(t, "Leader-only routing")
+	var cmds []framework.ConsoleCommand
+	for _, b := range framework.MarkdownCodeBlocks(section) {
+		if b.Lang == "console" {
+			cmds = append(cmds, framework.ConsoleCommands(b.Code)...)
+		}
+	}
+	if len(cmds) != 1 {
+		t.Fatalf("README Leader-only routing: want one console command, found %d", len(cmds))
+	}
+	args := strings.Fields(strings.ReplaceAll(cmds[0].Command, "\\\n", " "))
+	if len(args) == 0 || args[0] != "elector-sidecar" {
+		t.Fatalf("README Leader-only routing command %q does not run elector-sidecar", cmds[0].Command)
+	}
+	c, err := Parse(args[1:], testEnv(nil, "", "h"), nil)
+	if err != nil {
+		t.Fatalf("README Leader-only routing command %q: %v", cmds[0].Command, err)
+	}
+	if c.LeaderLabel != leaderlabel.DefaultKey {
+		t.Errorf("README Leader-only routing command sets --leader-label %q, want the chart's key %q", c.LeaderLabel, leaderlabel.DefaultKey)
+	}
+	if !strings.Contains(section, "`"+leaderlabel.DefaultKey+": \""+leaderlabel.Value+"\"`") {
+		t.Errorf("README Leader-only routing does not show the label %s: %q", leaderlabel.DefaultKey, leaderlabel.Value)
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := leaderlabel.New(leaderlabel.Config{Client: fake.NewClientset(), Namespace: "ns", PodName: "p",
+		Key: leaderlabel.DefaultKey, Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if !strings.Contains(section, "`"+mf.GetName()+"{op,result}`") {
+			t.Errorf("README Leader-only routing does not name the metric %s{op,result}", mf.GetName())
+		}
+	}
+	if len(mfs) == 0 {
+		t.Error("the labeler registered no metrics")
 	}
 }

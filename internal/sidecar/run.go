@@ -25,7 +25,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 	"github.com/elector-sidecar/elector-sidecar/pkg/version"
 )
@@ -92,6 +94,21 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	ec.Client = client
 	ec.Logger = log
 	ec.Registerer = reg
+	if c.AppHealthURL != "" {
+		// An app that has never been healthy does not lead.
+		ec.StartWithdrawn = AppNotHealthyYet
+	}
+	var labeler *leaderlabel.Labeler
+	if c.LeaderLabel != "" {
+		// The holder identity is the pod name; the pod is in the Lease's namespace.
+		labeler, err = leaderlabel.New(leaderlabel.Config{Client: client, Namespace: c.LeaseNamespace, PodName: c.Identity,
+			Key: c.LeaderLabel, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		// The label leaves this pod before the Lease is written free.
+		ec.BeforeRelease = labeler.BeforeRelease
+	}
 	broadcaster := record.NewBroadcaster()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(c.LeaseNamespace)})
 	defer broadcaster.Shutdown()
@@ -100,11 +117,19 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	prober, err := c.newProber(el, reg, log)
+	if err != nil {
+		return err
+	}
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
 	// Bind before campaigning: a port clash is a startup failure, not a
 	// leader that nobody can ask.
-	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, localapi.NewHandler(el, metrics))}
+	var apiOpts []localapi.Option
+	if prober != nil {
+		apiOpts = append(apiOpts, localapi.WithAppHealth(prober.Healthy))
+	}
+	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, localapi.NewHandler(el, metrics, apiOpts...))}
 	if c.MetricsAddress != "" {
 		servers = append(servers, localapi.NewServer(c.MetricsAddress, localapi.MetricsOnly(metrics)))
 	}
@@ -134,11 +159,36 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	}
 	log.Info("starting", "version", version.Version, "lease", ec.LeaseKey(), "identity", c.Identity,
 		"httpAddress", listeners[0].Addr().String(), "leaseDuration", c.LeaseDuration,
-		"renewDeadline", c.RenewDeadline, "retryPeriod", c.RetryPeriod)
+		"renewDeadline", c.RenewDeadline, "retryPeriod", c.RetryPeriod, "appHealthURL", c.AppHealthURL, "leaderLabel", c.LeaderLabel)
+
+	// The prober runs beside the election and stops with it.
+	probeCtx, stopProbe := context.WithCancel(runCtx)
+	defer stopProbe()
+	if prober != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prober.Run(probeCtx)
+		}()
+	}
+
+	// The leader label follows the election in its own goroutine (the
+	// election never waits for it) and stops after the election's release.
+	labelCtx, stopLabels := context.WithCancel(context.WithoutCancel(runCtx))
+	defer stopLabels()
+	if labeler != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			labeler.Run(labelCtx, el)
+		}()
+	}
 
 	// The elector releases the Lease when runCtx ends, before Run returns;
 	// the servers keep answering (with no token) until then.
 	runErr := el.Run(runCtx)
+	stopProbe()
+	stopLabels()
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer scancel()
 	for _, s := range servers {
@@ -153,4 +203,32 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// AppNotHealthyYet is why a sidecar with --app-health-url starts out of the
+// election: its app has not passed --app-health-success-threshold probes yet.
+const AppNotHealthyYet = "app not healthy yet"
+
+// newProber returns the app health prober of --app-health-url (nil when it
+// is off). Each change of the app's health takes this pod out of the
+// election or puts it back; a call that fails (the loop not running yet, or
+// busy past the renew deadline) is made again after the next probe.
+func (c *Config) newProber(el *election.Elector, reg prometheus.Registerer, log *slog.Logger) (*apphealth.Prober, error) {
+	if c.AppHealthURL == "" {
+		return nil, nil
+	}
+	return apphealth.New(apphealth.Config{
+		URL:              c.AppHealthURL,
+		Period:           c.AppHealthPeriod,
+		Timeout:          c.AppHealthTimeout,
+		FailureThreshold: c.AppHealthFailureThreshold,
+		SuccessThreshold: c.AppHealthSuccessThreshold,
+		Logger:           log,
+		Registerer:       reg,
+		OnChange: func(ctx context.Context, healthy bool, reason string) error {
+			ctx, cancel := context.WithTimeout(ctx, c.RenewDeadline)
+			defer cancel()
+			return el.SetCandidate(ctx, healthy, reason)
+		},
+	})
 }

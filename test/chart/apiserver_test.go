@@ -156,6 +156,10 @@ func TestAPIServer(t *testing.T) {
 		testSidecarsWithChartRBAC(t, c)
 	})
 
+	t.Run("leader label by sidecars as the chart's ServiceAccount", func(t *testing.T) {
+		testLeaderLabelWithChartRBAC(t, c)
+	})
+
 	t.Run("lease guard lets namespace deletion through", func(t *testing.T) {
 		testGuardNamespaceDeletion(t, c)
 	})

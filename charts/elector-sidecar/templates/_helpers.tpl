@@ -116,9 +116,45 @@ template that renders something, so parent charts that use the named templates g
 {{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.sidecar.httpPort)) }}
 {{- fail (printf "metrics.port and sidecar.httpPort are both %d: the metrics listener needs its own port" (int .Values.metrics.port)) }}
 {{- end }}
+{{- if .Values.appHealth.enabled }}
+{{- $h := .Values.appHealth }}
+{{- $period := include "elector-sidecar.durationMs" (list "appHealth.period" $h.period) | int64 }}
+{{- $timeout := include "elector-sidecar.durationMs" (list "appHealth.timeout" $h.timeout) | int64 }}
+{{- if or (eq $timeout 0) (ge $timeout $period) }}
+{{- fail (printf "appHealth.timeout (%s) must be greater than 0 and shorter than appHealth.period (%s)" (toString $h.timeout) (toString $h.period)) }}
+{{- end }}
+{{- if or (lt (int $h.failureThreshold) 1) (lt (int $h.successThreshold) 1) }}
+{{- fail (printf "appHealth.failureThreshold (%v) and appHealth.successThreshold (%v) must be at least 1" $h.failureThreshold $h.successThreshold) }}
+{{- end }}
+{{- if not (hasPrefix "/" (toString $h.path)) }}
+{{- fail (printf "appHealth.path %q: must start with /" (toString $h.path)) }}
+{{- end }}
+{{- $_ := include "elector-sidecar.appHealthPort" . }}
+{{- end }}
+{{- if and .Values.leaderService.enabled (not .Values.leaderLabel.enabled) }}
+{{- fail "leaderService.enabled=true requires leaderLabel.enabled=true: the Service selects the pod that carries the leader label" }}
+{{- end }}
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
 {{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
 {{- end }}
+{{- end }}
+
+{{/*
+elector-sidecar.appHealthPort: the port the sidecar probes with appHealth.enabled: appHealth.port, else the
+demo's health port (with the demo in this chart's workload), else the first of app.ports.
+*/}}
+{{- define "elector-sidecar.appHealthPort" -}}
+{{- $port := int .Values.appHealth.port }}
+{{- if and (eq $port 0) .Values.workload.enabled .Values.demo.enabled }}
+{{- $port = int .Values.demo.healthPort }}
+{{- end }}
+{{- if and (eq $port 0) .Values.workload.enabled .Values.app.ports }}
+{{- $port = int (index .Values.app.ports 0).containerPort }}
+{{- end }}
+{{- if eq $port 0 }}
+{{- fail "appHealth.port is required with appHealth.enabled: the app's port on 127.0.0.1 (no demo and no app.ports to take it from)" }}
+{{- end }}
+{{- $port }}
 {{- end }}
 
 {{/* The sidecar's environment: Downward API identity plus ELECTOR_* settings. */}}
@@ -159,6 +195,22 @@ template that renders something, so parent charts that use the named templates g
   value: {{ .Values.sidecar.logFormat | quote }}
 - name: ELECTOR_LOG_LEVEL
   value: {{ .Values.sidecar.logLevel | quote }}
+{{- if .Values.appHealth.enabled }}
+- name: ELECTOR_APP_HEALTH_URL
+  value: {{ printf "http://127.0.0.1:%s%s" (include "elector-sidecar.appHealthPort" .) .Values.appHealth.path | quote }}
+- name: ELECTOR_APP_HEALTH_PERIOD
+  value: {{ .Values.appHealth.period | quote }}
+- name: ELECTOR_APP_HEALTH_TIMEOUT
+  value: {{ .Values.appHealth.timeout | quote }}
+- name: ELECTOR_APP_HEALTH_FAILURE_THRESHOLD
+  value: {{ .Values.appHealth.failureThreshold | quote }}
+- name: ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD
+  value: {{ .Values.appHealth.successThreshold | quote }}
+{{- end }}
+{{- if .Values.leaderLabel.enabled }}
+- name: ELECTOR_LEADER_LABEL
+  value: {{ .Values.leaderLabel.key | quote }}
+{{- end }}
 {{- with .Values.sidecar.extraEnv }}
 {{ toYaml . }}
 {{- end }}
@@ -296,6 +348,13 @@ rules:
     resources: ["configmaps"]
     resourceNames: [{{ include "elector-sidecar.demoStoreName" . | quote }}]
     verbs: ["get", "update"]
+  {{- end }}
+  {{- if .Values.leaderLabel.enabled }}
+  # Leader-only routing: the leader labels its own pod and removes the label from former leaders' pods
+  # (found with a label selector). RBAC cannot limit this to the release's pods: it is every pod of the namespace.
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["get", "list", "patch"]
   {{- end }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1

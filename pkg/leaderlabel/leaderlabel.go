@@ -1,0 +1,348 @@
+// Package leaderlabel keeps a label on the leader's pod, so that a Service
+// can select the leader alone (leader-only routing).
+//
+// While this pod leads (its token is valid), its own pod carries KEY=true.
+// The label goes when the pod stops leading: before the Lease is released
+// on a graceful step-down (BeforeRelease, run by the election loop with a
+// bounded context), and as soon as the elector reports the loss otherwise
+// (the token ran out, the Lease was taken). A new leader removes the label
+// from every other pod of the namespace that still carries it (a frozen or
+// crashed previous holder), and a starting sidecar removes a stale label
+// from its own pod.
+//
+// Every write is a JSON merge patch of metadata.labels with this one key
+// (removal patches it to null); a pod that is gone (404) needs nothing.
+// Failed writes are retried with exponential back-off. The reconciler runs
+// in its own goroutine (Run) driven by the elector's Changed channel, so the
+// election never waits for it; only BeforeRelease waits, bounded by its
+// context.
+//
+// Sync is the algorithm apart from the timing: one synchronous pass with
+// the given status, which tests drive one step at a time.
+package leaderlabel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+)
+
+// DefaultKey is the chart's label key.
+const DefaultKey = "elector-sidecar.io/leader"
+
+// Value is the label's value on the leader's pod.
+const Value = "true"
+
+// RequestTimeout bounds each API call of the reconciler.
+const RequestTimeout = 5 * time.Second
+
+// DefaultBackoff is the retry back-off after a failed pass: 100ms doubling
+// to 5s, with 10% jitter. It restarts after a pass that succeeds.
+var DefaultBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 5 * time.Second}
+
+// Source is what the labeler reads: *election.Elector.
+type Source interface {
+	Changed() <-chan struct{}
+	Status() election.Status
+}
+
+// Config is one labeler's settings and dependencies.
+type Config struct {
+	// Client patches and lists pods in Namespace.
+	Client kubernetes.Interface
+	// Namespace and PodName of this pod (the sidecar's Lease namespace and
+	// holder identity).
+	Namespace string
+	PodName   string
+	// Key is the label key (a qualified name, e.g. DefaultKey).
+	Key string
+	// Backoff between failed passes; zero means DefaultBackoff.
+	Backoff wait.Backoff
+	// Clock for the back-off timer; nil means the real one.
+	Clock clock.WithTicker
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives elector_leader_label_patches_total; nil: none.
+	Registerer prometheus.Registerer
+}
+
+// ValidateKey returns why key is not a valid label key ("" if it is).
+func ValidateKey(key string) string {
+	if key == "" {
+		return "must not be empty"
+	}
+	return strings.Join(validation.IsQualifiedName(key), "; ")
+}
+
+// Labeler keeps the leader label of one pod. Create it with New.
+type Labeler struct {
+	cfg     Config
+	log     *slog.Logger
+	clock   clock.WithTicker
+	patches *prometheus.CounterVec
+
+	// sem serializes passes and BeforeRelease (a channel, so that
+	// BeforeRelease can stop waiting when its context ends). Whoever holds
+	// it owns the fields below.
+	sem chan struct{}
+	// self: whether our pod carries the label, as far as we know (nil:
+	// not known yet, the start).
+	self *bool
+	// cleanedTerm is the token of the term for which the other pods'
+	// labels were removed (0: none yet).
+	cleanedTerm int64
+	// gone: our pod does not exist (404); nothing to write to it.
+	gone bool
+}
+
+// New validates cfg and returns a labeler that has not started.
+func New(cfg Config) (*Labeler, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("leader label: client must be set")
+	case cfg.Namespace == "" || cfg.PodName == "":
+		return nil, fmt.Errorf("leader label: namespace %q and pod name %q must be set", cfg.Namespace, cfg.PodName)
+	}
+	if why := ValidateKey(cfg.Key); why != "" {
+		return nil, fmt.Errorf("leader label key %q: %s", cfg.Key, why)
+	}
+	if cfg.Backoff.Duration == 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	l := &Labeler{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		sem:   make(chan struct{}, 1),
+		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elector_leader_label_patches_total",
+			Help: "Patches of the leader label on pods, by op (add, remove) and result (ok, not_found, error).",
+		}, []string{"op", "result"}),
+	}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	l.log = l.log.With("labelKey", cfg.Key, "pod", cfg.Namespace+"/"+cfg.PodName)
+	if l.clock == nil {
+		l.clock = clock.RealClock{}
+	}
+	for _, op := range []string{"add", "remove"} {
+		for _, r := range []string{"ok", "not_found", "error"} {
+			l.patches.WithLabelValues(op, r)
+		}
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(l.patches); err != nil {
+			return nil, fmt.Errorf("registering leader label metrics: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// Run reconciles the label with src's status until ctx ends: a pass at
+// start, after every change src reports, and again after a back-off while
+// a pass fails.
+func (l *Labeler) Run(ctx context.Context, src Source) {
+	backoff := l.cfg.Backoff
+	var (
+		timer clock.Timer
+		retry <-chan time.Time
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		changed := src.Changed() // before Status: a change after this read closes it
+		err := l.sync(ctx, src.Status)
+		if timer != nil {
+			timer.Stop()
+			timer, retry = nil, nil
+		}
+		if err != nil && ctx.Err() == nil {
+			d := backoff.Step()
+			l.log.Warn("leader label: will retry", "in", d.Round(time.Millisecond), "err", err)
+			timer = l.clock.NewTimer(d)
+			retry = timer.C()
+		} else if err == nil {
+			backoff = l.cfg.Backoff
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-retry:
+		}
+	}
+}
+
+// Sync makes one pass for status st: it removes a stale label from our pod,
+// adds it while we lead (after removing it from the other pods that carry
+// it, once per term), and removes it when we do not lead. It returns the
+// first failure (the pass stops there; the next one starts over).
+func (l *Labeler) Sync(ctx context.Context, st election.Status) error {
+	return l.sync(ctx, func() election.Status { return st })
+}
+
+func (l *Labeler) sync(ctx context.Context, status func() election.Status) error {
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.sem }()
+	// The status is read under the lock: if BeforeRelease ran while this
+	// pass waited, the token has stopped and the label stays off.
+	st := status()
+	leading := st.IsLeader
+	if leading && st.Token != l.cleanedTerm {
+		if err := l.removeFromOthers(ctx, st.Token); err != nil {
+			return err
+		}
+	}
+	return l.setSelf(ctx, leading)
+}
+
+// BeforeRelease removes the label from our pod; the election calls it after
+// the token stopped and before the Lease is written free (Config.
+// BeforeRelease). It retries until ctx ends.
+func (l *Labeler) BeforeRelease(ctx context.Context) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		l.log.Warn("leader label: not removed before the release: a pass was still running", "err", ctx.Err())
+		return
+	}
+	defer func() { <-l.sem }()
+	backoff := wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 100 * time.Millisecond}
+	for {
+		err := l.setSelf(ctx, false)
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			l.log.Warn("leader label: not removed before the release; retried after it", "err", err)
+			return
+		case <-l.clock.After(backoff.Step()):
+		}
+	}
+}
+
+// setSelf brings our pod's label to want. At the start (not known) it reads
+// the pod first, so that a pod without a stale label sees no write.
+func (l *Labeler) setSelf(ctx context.Context, want bool) error {
+	if l.gone {
+		return nil
+	}
+	if l.self == nil {
+		rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+		pod, err := l.cfg.Client.CoreV1().Pods(l.cfg.Namespace).Get(rctx, l.cfg.PodName, metav1.GetOptions{})
+		cancel()
+		switch {
+		case apierrors.IsNotFound(err):
+			l.podGone()
+			return nil
+		case err != nil:
+			return fmt.Errorf("reading pod %s/%s: %w", l.cfg.Namespace, l.cfg.PodName, err)
+		}
+		has := pod.Labels[l.cfg.Key] == Value
+		l.self = &has
+		if has && !want {
+			l.log.Info("leader label: removing a stale label from this pod")
+		}
+	}
+	if *l.self == want {
+		return nil
+	}
+	switch err := l.patch(ctx, l.cfg.PodName, want); {
+	case apierrors.IsNotFound(err):
+		l.podGone()
+		return nil
+	case err != nil:
+		return err
+	}
+	l.self = &want
+	if want {
+		l.log.Info("leader label: added to this pod")
+	} else {
+		l.log.Info("leader label: removed from this pod")
+	}
+	return nil
+}
+
+func (l *Labeler) podGone() {
+	l.gone = true
+	f := false
+	l.self = &f
+	l.log.Warn("leader label: this pod does not exist; nothing to label (is --identity the pod name?)")
+}
+
+// removeFromOthers removes the label from every other pod of the namespace
+// that carries it, once per term (token).
+func (l *Labeler) removeFromOthers(ctx context.Context, token int64) error {
+	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	sel := labels.Set{l.cfg.Key: Value}.AsSelector().String()
+	pods, err := l.cfg.Client.CoreV1().Pods(l.cfg.Namespace).List(rctx, metav1.ListOptions{LabelSelector: sel})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing pods with %s: %w", sel, err)
+	}
+	for _, p := range pods.Items {
+		if p.Name == l.cfg.PodName {
+			continue
+		}
+		if err := l.patch(ctx, p.Name, false); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		l.log.Info("leader label: removed from a former leader's pod", "formerLeader", p.Name)
+	}
+	l.cleanedTerm = token
+	return nil
+}
+
+// patch sets (on) or removes the label on pod with a JSON merge patch of
+// metadata.labels.
+func (l *Labeler) patch(ctx context.Context, pod string, on bool) error {
+	var v any // nil: JSON null removes the key
+	op := "remove"
+	if on {
+		v, op = Value, "add"
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{l.cfg.Key: v}}})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	_, err = l.cfg.Client.CoreV1().Pods(l.cfg.Namespace).Patch(rctx, pod, types.MergePatchType, body, metav1.PatchOptions{})
+	switch {
+	case err == nil:
+		l.patches.WithLabelValues(op, "ok").Inc()
+		return nil
+	case apierrors.IsNotFound(err):
+		l.patches.WithLabelValues(op, "not_found").Inc()
+		l.log.Debug("leader label: pod is gone", "target", pod, "op", op)
+		return err
+	default:
+		l.patches.WithLabelValues(op, "error").Inc()
+		return fmt.Errorf("patching the leader label (%s) on pod %s/%s: %w", op, l.cfg.Namespace, pod, err)
+	}
+}
