@@ -1,4 +1,5 @@
-# elector-sidecar image: two static binaries on distroless/static, running as the nonroot user.
+# elector-sidecar image: static binaries on distroless/static (the sidecar, and the chart's demo apps
+# elector-demo and examples/go-worker), running as the nonroot user.
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg REVISION=$(git rev-parse HEAD) -t elector-sidecar:dev .
 # Without Docker, `make image` (hack/image.sh) builds the same image as a tarball; keep the labels,
 # user and entrypoint of both in sync (hack/tools/mkimage's TestProjectImage checks).
@@ -17,7 +18,9 @@ RUN set -eux; \
       CGO_ENABLED=0 GOOS="${TARGETOS:-linux}" GOARCH="${TARGETARCH}" go build -trimpath \
         -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=${VERSION}" \
         -o "/out/${cmd}" "./cmd/${cmd}"; \
-    done
+    done; \
+    CGO_ENABLED=0 GOOS="${TARGETOS:-linux}" GOARCH="${TARGETARCH}" go build -trimpath -ldflags "-s -w" \
+      -o /out/go-worker ./examples/go-worker
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev
@@ -27,6 +30,6 @@ LABEL org.opencontainers.image.title="elector-sidecar" \
       org.opencontainers.image.source="https://github.com/elector-sidecar/elector-sidecar" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
-COPY --from=build /out/elector-sidecar /out/elector-demo /
+COPY --from=build /out/elector-sidecar /out/elector-demo /out/go-worker /
 USER 65532:65532
 ENTRYPOINT ["/elector-sidecar"]

@@ -12,7 +12,8 @@
 #   OUT       output tarball (default: _output/elector-sidecar-image.tar)
 #   GOARCH    target architecture (default: go env GOARCH)
 #   IMAGE_BINARIES  space-separated "package:/path" pairs to build into the image
-#             (default: "./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo")
+#             (default: "./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo
+#             ./examples/go-worker:/go-worker"; the chart's demo.app runs /elector-demo or /go-worker)
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -29,7 +30,7 @@ fi
 IMAGE="${IMAGE:-elector-sidecar}"
 OUT="${OUT:-_output/elector-sidecar-image.tar}"
 GOARCH="${GOARCH:-$(go env GOARCH)}"
-IMAGE_BINARIES="${IMAGE_BINARIES:-./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo}"
+IMAGE_BINARIES="${IMAGE_BINARIES:-./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo ./examples/go-worker:/go-worker}"
 
 bindir="_output/image/linux_${GOARCH}"
 mkdir -p "$bindir"

@@ -3,6 +3,7 @@
 #   postgresql       initdb + postgres (Debian keeps them in /usr/lib/postgresql/<ver>/bin, not on PATH)
 #   redis-server     redis-server
 #   python3-psycopg  /usr/bin/python3 -c 'import psycopg' (PostgreSQL from Python, for apps' examples)
+#   curl             curl (the shell example worker, examples/shell)
 # One `apt-get update` and one `apt-get install` of the missing packages; nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 #
@@ -44,6 +45,7 @@ have_postgres() {
 }
 
 have_redis() { command -v redis-server >/dev/null; }
+have_curl() { command -v curl >/dev/null; }
 # The Debian package serves the system Python, /usr/bin/python3 (a pyenv or venv python3 on PATH does not see it).
 have_psycopg() {
   local py
@@ -59,9 +61,10 @@ missing=()
 have_postgres || missing+=(postgresql)
 have_redis || missing+=(redis-server)
 have_psycopg || missing+=(python3-psycopg)
+have_curl || missing+=(curl)
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  log "database servers present: postgresql, redis-server, python3-psycopg"
+  log "present: postgresql, redis-server, python3-psycopg, curl"
   exit 0
 fi
 if $check_only; then
@@ -94,5 +97,6 @@ still=()
 have_postgres || still+=(postgresql)
 have_redis || still+=(redis-server)
 have_psycopg || still+=(python3-psycopg)
+have_curl || still+=(curl)
 [[ ${#still[@]} -eq 0 ]] || die "installed ${missing[*]}, but still missing: ${still[*]}"
 log "installed: ${missing[*]}"

@@ -49,6 +49,8 @@ tier_integration() {
   export ELECTOR_REQUIRE_APISERVER=1
   "${GOTEST[@]}" -timeout 20m -v ./test/integration/... 2>&1 | go_test_summary integration
   "${GOTEST[@]}" -timeout 10m ./test/fences/...
+  # The example workers (Go, Python, shell) against a real sidecar and PostgreSQL.
+  "${GOTEST[@]}" -timeout 10m ./test/examples/...
   (cd test/chart && "${GOTEST[@]}" -timeout 15m ./...)
 }
 

@@ -51,6 +51,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* "true" when the chart runs elector-demo, whose fenced store is a ConfigMap of the chart; else "". */}}
+{{- define "elector-sidecar.demoStore" -}}
+{{- if and .Values.demo.enabled .Values.workload.enabled (eq (default "elector-demo" .Values.demo.app) "elector-demo") }}true{{ end }}
+{{- end }}
+
 {{- define "elector-sidecar.demoStoreName" -}}
 {{- printf "%s-demo-store" (include "elector-sidecar.fullname" . | trunc 52 | trimSuffix "-") }}
 {{- end }}
@@ -109,6 +114,12 @@ template that renders something, so parent charts that use the named templates g
 {{- $lname := include "elector-sidecar.leaseName" . }}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" $lname) }}
 {{- fail (printf "election.leaseName %q is not a valid object name (lower case letters, digits, '-' and '.')" $lname) }}
+{{- end }}
+{{- if not (has (default "elector-demo" .Values.demo.app) (list "elector-demo" "go-worker")) }}
+{{- fail (printf "demo.app %q: must be elector-demo or go-worker" .Values.demo.app) }}
+{{- end }}
+{{- if and .Values.demo.enabled (eq .Values.demo.app "go-worker") (not .Values.demo.postgresURL) }}
+{{- fail "demo.postgresURL is required with demo.app=go-worker: the PostgreSQL URL it writes to, e.g. postgres://user@host:5432/db (a password from a Secret: PGPASSWORD in app.env)" }}
 {{- end }}
 {{- if not (has .Values.sidecar.probes.mode (list "exec" "http" "none")) }}
 {{- fail (printf "sidecar.probes.mode %q: must be exec, http or none" .Values.sidecar.probes.mode) }}
@@ -341,7 +352,7 @@ rules:
   - apiGroups: ["", "events.k8s.io"]
     resources: ["events"]
     verbs: ["create", "patch"]
-  {{- if and .Values.demo.enabled .Values.workload.enabled }}
+  {{- if include "elector-sidecar.demoStore" . }}
   # The demo app's fenced store: a ConfigMap the chart creates (templates/demostore.yaml) and the app
   # updates with compare-and-swap. No create: the app must not recreate its fence state if it is deleted.
   - apiGroups: [""]
