@@ -6,9 +6,11 @@
 #
 #   hack/bench.sh                              everything (the numbers in docs/benchmarks.md)
 #   hack/bench.sh --quick                      a short development run (fewer trials, short windows)
-#   hack/bench.sh --only handoff,api           some sections: handoff failover api localapi footprint scale fence
+#   hack/bench.sh --only handoff,api           some sections: handoff failover api localapi footprint scale fence push
 #   hack/bench.sh --only fence                 the PostgreSQL and Redis fences vs the same writes unfenced (no
 #                                              control plane; throwaway servers, installed if missing)
+#   hack/bench.sh --only push                  Lease write -> app: /watch and the long-poll vs polling /leader;
+#                                              1,000 /watch streams on one sidecar (--push-rounds, --push-watchers)
 #   hack/bench.sh --trials 50 --png docs/benchmarks.png
 #   hack/bench.sh --help                       every flag
 #

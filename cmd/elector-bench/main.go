@@ -14,6 +14,8 @@
 //	scale      10 and 100 candidates on one Lease: handoff latency, requests/s
 //	fence      fenced write throughput and p99 through the PostgreSQL and Redis fences
 //	           vs the same writes unfenced (throwaway servers, test/framework/dbserver)
+//	push       Lease write -> app: GET /watch and the long-poll vs polling /leader, at the
+//	           new leader and a follower; then 1,000 /watch streams on one sidecar
 //
 // Results go to --out (Markdown, JSON and a PNG CDF plot of handoff latency).
 // `elector-bench bare-server --addr=HOST:PORT` is the baseline HTTP server
@@ -38,7 +40,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
-var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence"}
+var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push"}
 
 type options struct {
 	only           map[string]bool
@@ -57,6 +59,9 @@ type options struct {
 	scaleWindow    time.Duration
 	fenceWriters   int
 	fenceDuration  time.Duration
+	pushRounds     int
+	pushWatchers   int
+	pushFanRounds  int
 	out            string
 	png            string
 	keepLogs       bool
@@ -84,6 +89,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.scaleWindow, "scale-window", 20*time.Second, "steady-state window per size and kind in the scale section")
 	fs.IntVar(&o.fenceWriters, "fence-writers", 8, "concurrent writers in the fence section")
 	fs.DurationVar(&o.fenceDuration, "fence-duration", 5*time.Second, "length of one run (fenced or plain, per database) in the fence section; --repeats runs of each, interleaved")
+	fs.IntVar(&o.pushRounds, "push-rounds", 25, "SIGTERM handoffs in the push section's latency part")
+	fs.IntVar(&o.pushWatchers, "push-watchers", 1000, "concurrent /watch streams on one sidecar in the push section (the sidecar serves at most 1024 streams and long-polls)")
+	fs.IntVar(&o.pushFanRounds, "push-fanout-rounds", 5, "leader changes pushed to the push section's --push-watchers streams")
 	fs.StringVar(&o.out, "out", "results", "directory for the Markdown, JSON and PNG results")
 	fs.StringVar(&o.png, "png", "", "also write the handoff plot here (e.g. docs/benchmarks.png)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the candidates' logs (kept anyway when a section fails)")
@@ -97,14 +105,16 @@ func parseFlags(args []string) (*options, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.quick {
 		quick := map[string]func(){
-			"trials":         func() { o.trials = 10 },
-			"window":         func() { o.window = 10 * time.Second },
-			"footprint-wait": func() { o.footprintWait = 10 * time.Second },
-			"repeats":        func() { o.repeats = 1 },
-			"scale-sizes":    func() { *sizes = "10" },
-			"scale-trials":   func() { o.scaleTrials = 5 },
-			"scale-window":   func() { o.scaleWindow = 10 * time.Second },
-			"fence-duration": func() { o.fenceDuration = 2 * time.Second },
+			"trials":             func() { o.trials = 10 },
+			"window":             func() { o.window = 10 * time.Second },
+			"footprint-wait":     func() { o.footprintWait = 10 * time.Second },
+			"repeats":            func() { o.repeats = 1 },
+			"scale-sizes":        func() { *sizes = "10" },
+			"scale-trials":       func() { o.scaleTrials = 5 },
+			"scale-window":       func() { o.scaleWindow = 10 * time.Second },
+			"fence-duration":     func() { o.fenceDuration = 2 * time.Second },
+			"push-rounds":        func() { o.pushRounds = 10 },
+			"push-fanout-rounds": func() { o.pushFanRounds = 3 },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -139,6 +149,12 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.trials < 1 || o.failoverTrials < 1 || o.scaleTrials < 1 || o.candidates < 2 || o.conns < 1 || o.repeats < 1 || o.fenceWriters < 1 {
 		return nil, errors.New("--trials, --failover-trials, --scale-trials, --repeats, --conns and --fence-writers must be >= 1, --candidates >= 2")
+	}
+	if o.pushRounds < 1 || o.pushWatchers < 1 || o.pushFanRounds < 1 {
+		return nil, errors.New("--push-rounds, --push-watchers and --push-fanout-rounds must be >= 1")
+	}
+	if o.pushWatchers > 1024 {
+		return nil, errors.New("--push-watchers: at most 1024 (the sidecar's cap on streams and long-polls; one more gets a 503)")
 	}
 	if o.fenceDuration < time.Second {
 		return nil, errors.New("--fence-duration must be at least 1s")
@@ -357,6 +373,19 @@ func run(ctx context.Context, o *options) error {
 			pts, err := e.runScale(ctx, o)
 			s.Data = pts
 			s.Rows = scaleRows(pts)
+			return err
+		})
+
+	section("push", "8. Push: Lease write -> app, GET /watch and the long-poll vs polling GET /leader",
+		fmt.Sprintf("%d elector-sidecar candidates on one Lease, timings %s; on every candidate four apps at once: a GET /watch stream, a GET /leader?wait=30s long-poll (If-None-Match: the last ETag), GET /leader every 100 ms and every 1 s; %d rounds: the leader is SIGTERMed after a random 0.3–1.0 s pause and replaced by a new process; latency from the acquiring write's spec.acquireTime (stamped by the new leader right before it sends the write; read from the bench's own Lease watch; same machine, same clock) to the app's client reading the new state: isLeader at the new leader, the new holder at the candidate that lost the race. Then %d /watch streams (one connection each, from the bench) on a further sidecar that is out of the election (POST /release?for=24h), %d SIGTERM handoffs among the others (each pushes two changes: the old leader's release write, from its renewTime, then the acquiring write, from its acquireTime); memory from /proc/PID/status and the sidecar's /metrics, idle and with the streams open",
+			o.candidates, fmtTimings(handoffT), o.pushRounds, o.pushWatchers, o.pushFanRounds), "poll /leader every 1 s",
+		func(s *Section) error {
+			r, err := e.runPush(ctx, o, handoffT)
+			s.Data = r
+			if r != nil {
+				s.Rows = r.rows()
+				s.Notes = r.notes()
+			}
 			return err
 		})
 
