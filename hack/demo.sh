@@ -3,7 +3,9 @@
 # from source on first use, ~6 minutes, then cached), three "pods" (elector-sidecar + elector-demo
 # writer each) and a fenced store, prints a live timeline, pauses the leader (SIGSTOP), shows the
 # takeover and the paused pod's stale write rejected, kills another pod, prints
-# `kubectl get lease -o wide`, and cleans up (also on Ctrl-C). Takes about a minute.
+# `kubectl get lease -o wide`, and cleans up (also on Ctrl-C). After the first election and after the
+# takeover it runs `kubectl get lease -o custom-columns=...` and `kubectl elector status` (the plugin,
+# found by kubectl on PATH) against its kube-apiserver and prints them. Takes about a minute.
 #
 # STORE=postgres or STORE=redis (`make demo STORE=postgres`): the fence lives in a throwaway PostgreSQL
 # or redis-server (installed first if missing, hack/install-deps.sh), and the demo ends with the

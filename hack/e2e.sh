@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The e2e tier (hack/test.sh e2e, make test-e2e): builds the image without Docker (hack/image.sh), brings up
-# the local single-node cluster with it (hack/local-cluster.sh), runs test/e2e (build tag e2e) against it,
+# The e2e tier (hack/test.sh e2e, make test-e2e): builds the image without Docker (hack/image.sh) and the
+# kubectl plugin (as `make build` does), brings up the local single-node cluster with the image
+# (hack/local-cluster.sh), runs test/e2e (build tag e2e) against it,
 # and ALWAYS tears the cluster down again (also on failure, Ctrl-C or SIGTERM), exiting with the tests' status.
 #
 #   hack/e2e.sh [GO TEST FLAGS...]      e.g. hack/e2e.sh -run 'TestFrozenLeader|TestInstall'
@@ -31,6 +32,7 @@ fi
 export VERSION
 IMAGE_REPO="elector-sidecar"
 IMAGE_TAR="$ELECTOR_ROOT/_output/e2e/elector-sidecar-image.tar" # not `make image`'s tarball: others may rebuild that meanwhile
+PLUGIN_BIN="$ELECTOR_ROOT/_output/e2e/bin/kubectl-elector"      # nor bin/kubectl-elector of `make build`
 
 started=""  # set once this script brings the cluster up: it then owns the teardown
 test_pid="" # the go test process group
@@ -97,6 +99,12 @@ log "building the image $IMAGE_REPO:$VERSION"
 IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh
 phase "image"
 
+# 1b. The kubectl plugin under test, built as `make build` builds it; test/e2e runs it through kubectl.
+log "building $PLUGIN_BIN"
+CGO_ENABLED=0 step go build -trimpath -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$VERSION" \
+  -o "$PLUGIN_BIN" ./cmd/kubectl-elector
+phase "kubectl-elector"
+
 # 2. The cluster, with the image imported.
 if hack/local-cluster.sh status >/dev/null 2>&1; then
   [[ "${ELECTOR_E2E_REUSE_CLUSTER:-}" == 1 ]] ||
@@ -118,6 +126,7 @@ export KUBECONFIG
 export ELECTOR_E2E_IMAGE="$IMAGE_REPO:$VERSION"
 export ELECTOR_E2E_PULL_POLICY="${ELECTOR_E2E_PULL_POLICY:-Never}"
 export KUBECTL="$ELECTOR_BIN/kubectl" HELM="$ELECTOR_BIN/helm"
+export ELECTOR_E2E_KUBECTL_ELECTOR="$PLUGIN_BIN"
 log "running test/e2e against $KUBECONFIG with $ELECTOR_E2E_IMAGE"
 rc=0
 setsid go test -tags e2e -count=1 -v -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./test/e2e/... &

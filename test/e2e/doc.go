@@ -19,6 +19,8 @@
 //	ELECTOR_E2E_CHART         chart directory (default charts/elector-sidecar of this repository)
 //	ELECTOR_E2E_LOG_LEVEL     the sidecars' log level (default info)
 //	KUBECTL, HELM             the CLIs (default: kubectl and helm on PATH, then the hack/ binaries cache)
+//	ELECTOR_E2E_KUBECTL_ELECTOR  the kubectl-elector plugin binary, run through kubectl (default: built
+//	                          from this checkout; hack/e2e.sh builds it as `make build` does)
 //
 // The sidecar's local API listens on 127.0.0.1 inside the pods, so the tests
 // read it with `kubectl exec POD -c elector -- /elector-sidecar probe PATH`

@@ -5,7 +5,11 @@
 // It pauses the leader's pod (SIGSTOP, like a long GC pause), shows the
 // takeover and the stale write of the paused pod rejected after SIGCONT,
 // kills another pod, prints `kubectl get lease -o wide`, and cleans up (also
-// on Ctrl-C).
+// on Ctrl-C). After the first election and after the takeover it shows the
+// Lease from outside the pods as README.md's "Watching the election" does:
+// the real kubectl (`kubectl get lease -o custom-columns=...`) and the
+// kubectl-elector plugin through kubectl's plugin discovery (`kubectl
+// elector status`), run against the demo's kube-apiserver.
 //
 // --store=postgres or --store=redis (`make demo STORE=postgres`) puts the
 // fence in a throwaway PostgreSQL or redis-server (see store.go) and shows
@@ -22,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -34,6 +39,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apifields "k8s.io/apimachinery/pkg/fields"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
@@ -96,6 +102,7 @@ type demo struct {
 	ns       string
 	logDir   string
 	bins     map[string]string
+	plugin   *pluginBuild
 	storeURL string
 	store    *framework.Process
 	// With a database (--store postgres|redis): the fence in it, and the
@@ -173,10 +180,14 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 	}()
 
 	if d.storeKind == storeEmbedded {
-		d.step("building elector-sidecar and elector-demo, starting etcd + kube-apiserver")
+		d.step("building elector-sidecar, elector-demo and kubectl-elector, starting etcd + kube-apiserver")
 	} else {
-		d.step("building elector-sidecar and elector-demo, starting etcd + kube-apiserver and a throwaway %s", map[string]string{storePostgres: "PostgreSQL", storeRedis: "redis-server"}[d.storeKind])
+		d.step("building elector-sidecar, elector-demo and kubectl-elector, starting etcd + kube-apiserver and a throwaway %s", map[string]string{storePostgres: "PostgreSQL", storeRedis: "redis-server"}[d.storeKind])
 	}
+	// The plugin links slowly (client-go and cli-runtime): it builds while
+	// the rest starts; showLease waits for it.
+	d.plugin = startPluginBuild(ctx)
+	defer d.plugin.cleanup()
 	d.bins, err = framework.BuildBinaries(framework.SidecarPackage, framework.DemoPackage)
 	if err != nil {
 		return err
@@ -225,12 +236,16 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 	go func() { defer wg.Done(); d.flushWrites(wctx) }()
 	defer func() { stopWatch(); wg.Wait() }()
 
-	// 1. Steady state.
+	// 1. Steady state, and the Lease as kubectl and the plugin show it.
 	first, err := d.waitLeader(ctx, 30*time.Second, "")
 	if err != nil {
 		return err
 	}
-	if err := sleep(ctx, 4*time.Second); err != nil {
+	steady := time.Now().Add(4 * time.Second)
+	if err := d.showLease(ctx, "the Lease from outside the pods (README \"Watching the election\"): plain kubectl, then the kubectl elector plugin"); err != nil {
+		return err
+	}
+	if err := sleep(ctx, time.Until(steady)); err != nil {
 		return err
 	}
 
@@ -253,7 +268,11 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 		return err
 	}
 	d.say(bold+green, "  takeover by %s %.1fs after the pause", second, time.Since(pausedAt).Seconds())
-	if err := sleep(ctx, 3*time.Second); err != nil {
+	settled := time.Now().Add(3 * time.Second)
+	if err := d.showLease(ctx, fmt.Sprintf("the Lease after the takeover: %s holds it with a higher token", second)); err != nil {
+		return err
+	}
+	if err := sleep(ctx, time.Until(settled)); err != nil {
 		return err
 	}
 
@@ -334,9 +353,138 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 func indent(s string) string {
 	var b strings.Builder
 	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		b.WriteString("          " + l + "\n")
+		if l != "" {
+			b.WriteString("          ")
+		}
+		b.WriteString(l + "\n")
 	}
 	return b.String()
+}
+
+// kubectlElectorPackage is the kubectl plugin; built as "kubectl-elector",
+// the name kubectl looks for on PATH for `kubectl elector`.
+const kubectlElectorPackage = "./cmd/kubectl-elector"
+
+// pluginBuild is `go build` of the plugin running in the background into a
+// directory of its own (which goes on kubectl's PATH).
+type pluginBuild struct {
+	dir  string
+	done chan struct{}
+	path string
+	err  error
+}
+
+func startPluginBuild(ctx context.Context) *pluginBuild {
+	b := &pluginBuild{done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		root, err := framework.RepoRoot()
+		if err == nil {
+			b.dir, err = os.MkdirTemp("", "elector-demo-plugin-")
+		}
+		if err != nil {
+			b.err = fmt.Errorf("building kubectl-elector: %w", err)
+			return
+		}
+		bin := filepath.Join(b.dir, "kubectl-elector")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, kubectlElectorPackage)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", kubectlElectorPackage, err, strings.TrimSpace(string(out)))
+			return
+		}
+		b.path = bin
+	}()
+	return b
+}
+
+// wait returns the plugin's path once it is built.
+func (b *pluginBuild) wait(ctx context.Context) (string, error) {
+	select {
+	case <-b.done:
+		return b.path, b.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// cleanup waits for the build (cancelled with the demo's context) and removes it.
+func (b *pluginBuild) cleanup() {
+	<-b.done
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
+// leaseColumns is the custom-columns view of README.md's "Watching the election".
+const leaseColumns = "custom-columns=NAME:.metadata.name,HOLDER:.spec.holderIdentity,TOKEN:.spec.leaseTransitions,RENEWED:.spec.renewTime"
+
+// leaseCommands are the commands showLease runs, as a user would type them:
+// plain kubectl, then the plugin through kubectl.
+func leaseCommands(namespace, lease string) [][]string {
+	return [][]string{
+		{"kubectl", "get", "lease", lease, "-n", namespace, "-o", leaseColumns},
+		{"kubectl", "elector", "status", lease, "-n", namespace},
+	}
+}
+
+// showLease prints title and leaseCommands with their real output: kubectl
+// from the control-plane binaries, with KUBECONFIG set to the demo's admin
+// kubeconfig and the plugin's directory first on PATH, so kubectl's own
+// plugin discovery finds kubectl-elector. It first waits (briefly) for the
+// current leader's "became leader" Event, so the plugin's Events show it.
+func (d *demo) showLease(ctx context.Context, title string) error {
+	plugin, err := d.plugin.wait(ctx)
+	if err != nil {
+		return err
+	}
+	d.waitLeaderEvent(ctx, d.currentLeader(), d.currentToken(), 3*time.Second)
+	env := append(os.Environ(),
+		"KUBECONFIG="+d.cp.Kubeconfig,
+		"KUBECACHEDIR="+filepath.Join(d.logDir, "kube-cache"), // kubectl's discovery cache, not ~/.kube
+		"PATH="+filepath.Dir(plugin)+string(os.PathListSeparator)+d.cp.AssetsDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var b strings.Builder
+	for _, argv := range leaseCommands(d.ns, "demo") {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cmd := exec.CommandContext(cctx, filepath.Join(d.cp.AssetsDir, argv[0]), argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+		}
+		b.WriteString("$ " + strings.Join(argv, " ") + "\n" + string(out))
+	}
+	d.flushAll()
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	fmt.Fprintf(d.out, "%s %s\n%s", d.paint(dim, fmt.Sprintf("[%5.1fs]", time.Since(d.start).Seconds())), d.paint(bold, title), indent(b.String()))
+	return nil
+}
+
+// waitLeaderEvent waits up to timeout for the Event "<leader> became leader
+// with fencing token <token>" on the demo's Lease (the sidecar records it
+// asynchronously).
+func (d *demo) waitLeaderEvent(ctx context.Context, leader string, token int64, timeout time.Duration) {
+	if leader == "" {
+		return
+	}
+	want := fmt.Sprintf("%s became leader with fencing token %d", leader, token)
+	sel := apifields.Set{"involvedObject.kind": "Lease", "involvedObject.name": "demo"}.AsSelector().String()
+	deadline := time.Now().Add(timeout)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		evs, err := d.cp.Client.CoreV1().Events(d.ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err == nil {
+			for _, e := range evs.Items {
+				if e.Message == want {
+					return
+				}
+			}
+		}
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			return
+		}
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
