@@ -33,7 +33,7 @@ test-e2e: ## e2e suite in real pods on the local single-node cluster (root; buil
 	hack/test.sh e2e
 
 .PHONY: verify
-verify: ## gofmt and go vet of every module.
+verify: ## gofmt and go vet of every module, shellcheck of every script.
 	hack/verify.sh
 
 .PHONY: build

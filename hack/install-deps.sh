@@ -1,28 +1,40 @@
 #!/usr/bin/env bash
-# Installs the database servers the fence tests start (test/framework/dbserver), only what is missing:
-#   postgresql       initdb + postgres (Debian keeps them in /usr/lib/postgresql/<ver>/bin, not on PATH)
-#   redis-server     redis-server
-#   python3-psycopg  /usr/bin/python3 -c 'import psycopg' (PostgreSQL from Python, for apps' examples)
-#   curl             curl (the shell example worker, examples/shell)
+# Installs what the tests need from Debian packages, only what is missing. Groups:
+#   db    the servers the fence tests and examples start (test/framework/dbserver, test/examples):
+#           postgresql       initdb + postgres (Debian keeps them in /usr/lib/postgresql/<ver>/bin, not on PATH)
+#           redis-server     redis-server
+#           python3-psycopg  /usr/bin/python3 -c 'import psycopg' (PostgreSQL from Python, for apps' examples)
+#           curl             curl (the shell example worker, examples/shell)
+#   lint  shellcheck (hack/verify.sh; golangci-lint comes from the Go module proxy, hack/golangci-lint.sh)
 # One `apt-get update` and one `apt-get install` of the missing packages; nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 #
-#   hack/install-deps.sh           install what is missing
-#   hack/install-deps.sh --check   only report; exit 1 if something is missing
+#   hack/install-deps.sh [GROUP...]           install what is missing (default: every group)
+#   hack/install-deps.sh --check [GROUP...]   only report; exit 1 if something is missing
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+usage() {
+  echo "usage: hack/install-deps.sh [--check] [db|lint ...]" >&2
+  exit 2
+}
 check_only=false
-case "${1:-}" in
-  "") ;;
-  --check) check_only=true ;;
-  *)
-    echo "usage: hack/install-deps.sh [--check]" >&2
-    exit 2
-    ;;
-esac
+want_db=false
+want_lint=false
+for arg in "$@"; do
+  case "$arg" in
+    --check) check_only=true ;;
+    db) want_db=true ;;
+    lint) want_lint=true ;;
+    *) usage ;;
+  esac
+done
+if ! $want_db && ! $want_lint; then
+  want_db=true
+  want_lint=true
+fi
 
 # pkg_installed PKG: dpkg says PKG is installed.
 pkg_installed() {
@@ -46,6 +58,22 @@ have_postgres() {
 
 have_redis() { command -v redis-server >/dev/null; }
 have_curl() { command -v curl >/dev/null; }
+have_shellcheck() { command -v shellcheck >/dev/null; }
+
+# check_all ARRAY: appends to the named array every package of the wanted groups that is missing.
+check_all() {
+  local -n out="$1"
+  if $want_db; then
+    have_postgres || out+=(postgresql)
+    have_redis || out+=(redis-server)
+    have_psycopg || out+=(python3-psycopg)
+    have_curl || out+=(curl)
+  fi
+  if $want_lint; then
+    have_shellcheck || out+=(shellcheck)
+  fi
+  return 0
+}
 # The Debian package serves the system Python, /usr/bin/python3 (a pyenv or venv python3 on PATH does not see it).
 have_psycopg() {
   local py
@@ -58,13 +86,10 @@ have_psycopg() {
 # A package counts as present when its binaries are there, whatever installed them; a Debian package
 # that dpkg lists but whose binaries are gone is reinstalled.
 missing=()
-have_postgres || missing+=(postgresql)
-have_redis || missing+=(redis-server)
-have_psycopg || missing+=(python3-psycopg)
-have_curl || missing+=(curl)
+check_all missing
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  log "present: postgresql, redis-server, python3-psycopg, curl"
+  log "present:$($want_db && echo " postgresql redis-server python3-psycopg curl")$($want_lint && echo " shellcheck")"
   exit 0
 fi
 if $check_only; then
@@ -72,7 +97,7 @@ if $check_only; then
   exit 1
 fi
 
-command -v apt-get >/dev/null || die "missing: ${missing[*]}; this is not a Debian/Ubuntu machine (no apt-get): install PostgreSQL (initdb, postgres), redis-server and Python's psycopg 3 yourself (ELECTOR_POSTGRES_BIN_DIR names PostgreSQL's bin directory)"
+command -v apt-get >/dev/null || die "missing: ${missing[*]}; this is not a Debian/Ubuntu machine (no apt-get): install them yourself (ELECTOR_POSTGRES_BIN_DIR names PostgreSQL's bin directory)"
 
 sudo=()
 if [[ $(id -u) -ne 0 ]]; then
@@ -94,9 +119,6 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${reinstall[@]}" "${missing[@]}"
 
 still=()
-have_postgres || still+=(postgresql)
-have_redis || still+=(redis-server)
-have_psycopg || still+=(python3-psycopg)
-have_curl || still+=(curl)
+check_all still
 [[ ${#still[@]} -eq 0 ]] || die "installed ${missing[*]}, but still missing: ${still[*]}"
 log "installed: ${missing[*]}"

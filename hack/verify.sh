@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Static checks for every Go module in the repo: gofmt and go vet.
+# Static checks: gofmt and go vet of every Go module in the repo, shellcheck of every shell script
+# (installed from Debian if missing, hack/install-deps.sh lint).
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -20,3 +21,14 @@ while IFS= read -r mod; do
 done < <(git ls-files -- 'go.mod' '*/go.mod')
 go vet -tags e2e ./test/e2e/... || die "go vet -tags e2e failed in test/e2e"
 log "go vet: clean in test/e2e (tag e2e)"
+
+# Every tracked shell script: *.sh and extensionless files with a sh/bash shebang (.ci/run).
+hack/install-deps.sh lint
+scripts=()
+while IFS= read -r -d '' f; do
+  if [[ "$f" == *.sh ]] || head -n1 "$f" | grep -qE '^#!.*\b(ba)?sh\b'; then
+    scripts+=("$f")
+  fi
+done < <(git ls-files -z)
+shellcheck -x "${scripts[@]}" || die "shellcheck found problems in the scripts above"
+log "shellcheck: clean in ${#scripts[@]} scripts"
