@@ -13,17 +13,20 @@ func TestBadValues(t *testing.T) {
 		kubeVersion string
 		want        []string // all must appear in the error
 	}{
+		// The timing rules at every boundary, against the sidecar binary: validation_test.go.
 		{"renewDeadline equal to leaseDuration", []string{"election.renewDeadline=15s"},
-			"", []string{"election.renewDeadline (15s) must be shorter than election.leaseDuration (15s)"}},
+			"", []string{"election.leaseDuration (15s): must be greater than election.renewDeadline (15s)"}},
 		{"renewDeadline longer than leaseDuration", []string{"election.leaseDuration=5s", "election.renewDeadline=6000ms"},
-			"", []string{"election.renewDeadline (6000ms) must be shorter than election.leaseDuration (5s)"}},
+			"", []string{"election.leaseDuration (5s): must be greater than election.renewDeadline (6000ms)"}},
 		{"retryPeriod too long for renewDeadline", []string{"election.retryPeriod=9s"},
-			"", []string{"election.renewDeadline (10s) must be more than 1.2 x election.retryPeriod (9s)"}},
-		{"clockSkewMargin not below renewDeadline", []string{"election.clockSkewMargin=10s"},
-			"", []string{"election.clockSkewMargin (10s) must be shorter than election.renewDeadline (10s)"}},
+			"", []string{"election.renewDeadline (10s): must be greater than 1.2 x election.retryPeriod (9s)"}},
+		{"clockSkewMargin not below leaseDuration - retryPeriod", []string{"election.clockSkewMargin=13s"},
+			"", []string{"election.clockSkewMargin (13s): must be less than election.leaseDuration minus election.retryPeriod (15s - 2s)"}},
+		{"sub-second leaseDuration", []string{"election.leaseDuration=900ms", "election.renewDeadline=600ms", "election.retryPeriod=200ms", "election.clockSkewMargin=100ms"},
+			"", []string{"election.leaseDuration (900ms): must be at least 1s (the Lease stores whole seconds)"}},
 		{"duration without unit", []string{"election.leaseDuration=15"},
-			"", []string{`election.leaseDuration: "15" is not a duration: use a whole number with a unit ms, s, m or h`}},
-		{"fractional duration", []string{"election.retryPeriod=1.5s"},
+			"", []string{`election.leaseDuration: "15" is not a duration: use a number with a unit, e.g. 15s or 500ms`}},
+		{"duration with an unknown unit", []string{"election.retryPeriod=2sec"},
 			"", []string{"retryPeriod", "does not match pattern"}},
 		{"typo in a value name", []string{"election.leaseDurration=20s"},
 			"", []string{"leaseDurration", "additional properties"}},

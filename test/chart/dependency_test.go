@@ -52,7 +52,7 @@ func TestDependency(t *testing.T) {
 
 	// Bad subchart values fail the parent's render with the subchart's message.
 	if _, err := render(t, renderOpts{Chart: parent, Set: []string{"elector-sidecar.election.renewDeadline=20s"}}); err == nil ||
-		!strings.Contains(err.Error(), "must be shorter than election.leaseDuration") {
+		!strings.Contains(err.Error(), "election.leaseDuration (15s): must be greater than election.renewDeadline (20s)") {
 		t.Errorf("bad subchart values: err = %v", err)
 	}
 }

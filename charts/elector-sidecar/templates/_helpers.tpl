@@ -74,19 +74,52 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-elector-sidecar.durationMs: a duration such as 500ms, 15s, 2m or 1h in milliseconds (as a string).
+elector-sidecar.durationNs: a duration in nanoseconds (as a string), parsed exactly as the sidecar parses its
+flags (Go's time.ParseDuration): "0", or a sequence of decimal numbers with a unit ns, us (or µs), ms, s, m or h,
+with an optional sign: 500ms, 15s, 1.5s, 1m30s. Fails with a message naming the value otherwise, or when it is
+longer than about 292 years (int64 nanoseconds). Fractions are exact to the nanosecond (to 13 decimal places).
 Call with (list "election.leaseDuration" "15s").
 */}}
-{{- define "elector-sidecar.durationMs" -}}
+{{- define "elector-sidecar.durationNs" -}}
 {{- $key := index . 0 }}
 {{- $d := toString (index . 1) }}
-{{- if not (regexMatch "^[0-9]+(ms|s|m|h)$" $d) }}
-{{- fail (printf "%s: %q is not a duration: use a whole number with a unit ms, s, m or h, e.g. 15s or 500ms" $key $d) }}
+{{- $max := 9223372036854775807 }}
+{{- $bad := printf "%s: %q is not a duration: use a number with a unit, e.g. 15s or 500ms" $key $d }}
+{{- if not (regexMatch "^[-+]?(0|(([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$" $d) }}
+{{- fail $bad }}
 {{- end }}
-{{- $n := regexFind "^[0-9]+" $d | int64 }}
-{{- $unit := trimPrefix (toString $n) $d }}
-{{- $mult := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 }}
-{{- mul $n (index $mult $unit) }}
+{{- /* unit: [ns per unit as c x 10^e, c, 10^(13-e)]: a 13-digit fraction F gives floor(F x c / 10^(13-e)) ns */}}
+{{- $units := dict "ns" (list 1 1 10000000000000) "us" (list 1000 1 10000000000) "µs" (list 1000 1 10000000000) "μs" (list 1000 1 10000000000) "ms" (list 1000000 1 10000000) "s" (list 1000000000 1 10000) "m" (list 60000000000 6 1000) "h" (list 3600000000000 36 100) }}
+{{- $total := 0 | int64 }}
+{{- range regexFindAll "([0-9]+(\\.[0-9]*)?|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)" $d -1 }}
+{{- $unit := regexFind "[a-zµμ]+$" . }}
+{{- $u := index $units $unit }}
+{{- $num := trimSuffix $unit . }}
+{{- $int := regexReplaceAll "^0+" (regexFind "^[0-9]*" $num) "" }}
+{{- $frac := trimPrefix "." (trimPrefix (regexFind "^[0-9]*" $num) $num) | trunc 13 }}
+{{- if or (gt (len $int) 19) (and (eq (len $int) 19) (gt $int "9223372036854775807")) }}
+{{- fail $bad }}
+{{- end }}
+{{- $i := default "0" $int | int64 }}
+{{- if gt $i (div $max (index $u 0)) }}
+{{- fail $bad }}
+{{- end }}
+{{- $v := mul $i (index $u 0) }}
+{{- $f := regexReplaceAll "^0+" (printf "%s%s" $frac (repeat (sub 13 (len $frac) | int) "0")) "" | default "0" | int64 }}
+{{- $fns := div (mul $f (index $u 1)) (index $u 2) }}
+{{- if gt $v (sub $max $fns) }}
+{{- fail $bad }}
+{{- end }}
+{{- $v = add $v $fns }}
+{{- if gt $total (sub $max $v) }}
+{{- fail $bad }}
+{{- end }}
+{{- $total = add $total $v }}
+{{- end }}
+{{- if hasPrefix "-" $d }}
+{{- $total = sub 0 $total }}
+{{- end }}
+{{- $total }}
 {{- end }}
 
 {{/*
@@ -94,22 +127,39 @@ elector-sidecar.validate: fails with a clear message on impossible combinations.
 template that renders something, so parent charts that use the named templates get the same checks.
 */}}
 {{- define "elector-sidecar.validate" -}}
+{{- /*
+The timing rules are the sidecar's own (pkg/election Config.Validate), checked in the same order, so a
+release renders exactly when its sidecars start; test/chart/validation_test.go runs both on a table.
+*/}}
 {{- $e := .Values.election }}
-{{- $lease := include "elector-sidecar.durationMs" (list "election.leaseDuration" $e.leaseDuration) | int64 }}
-{{- $renew := include "elector-sidecar.durationMs" (list "election.renewDeadline" $e.renewDeadline) | int64 }}
-{{- $retry := include "elector-sidecar.durationMs" (list "election.retryPeriod" $e.retryPeriod) | int64 }}
-{{- $skew := include "elector-sidecar.durationMs" (list "election.clockSkewMargin" $e.clockSkewMargin) | int64 }}
+{{- $lease := include "elector-sidecar.durationNs" (list "election.leaseDuration" $e.leaseDuration) | int64 }}
+{{- $renew := include "elector-sidecar.durationNs" (list "election.renewDeadline" $e.renewDeadline) | int64 }}
+{{- $retry := include "elector-sidecar.durationNs" (list "election.retryPeriod" $e.retryPeriod) | int64 }}
+{{- $skew := include "elector-sidecar.durationNs" (list "election.clockSkewMargin" $e.clockSkewMargin) | int64 }}
+{{- if le $retry 0 }}
+{{- fail (printf "election.retryPeriod (%v): must be positive" $e.retryPeriod) }}
+{{- end }}
+{{- if lt $lease 1000000000 }}
+{{- fail (printf "election.leaseDuration (%v): must be at least 1s (the Lease stores whole seconds)" $e.leaseDuration) }}
+{{- end }}
+{{- if gt $lease 2147483647000000000 }}
+{{- fail (printf "election.leaseDuration (%v): must be at most 596523h14m7s (the Lease stores int32 seconds)" $e.leaseDuration) }}
+{{- end }}
 {{- if le $lease $renew }}
-{{- fail (printf "election.renewDeadline (%s) must be shorter than election.leaseDuration (%s): the leader must give up before others may take over" $e.renewDeadline $e.leaseDuration) }}
+{{- fail (printf "election.leaseDuration (%v): must be greater than election.renewDeadline (%v): the leader must give up before others may take over" $e.leaseDuration $e.renewDeadline) }}
 {{- end }}
-{{- if le (mul $renew 5) (mul $retry 6) }}
-{{- fail (printf "election.renewDeadline (%s) must be more than 1.2 x election.retryPeriod (%s)" $e.renewDeadline $e.retryPeriod) }}
+{{- if le $renew 0 }}
+{{- fail (printf "election.renewDeadline (%v): must be positive" $e.renewDeadline) }}
 {{- end }}
-{{- if eq $retry 0 }}
-{{- fail "election.retryPeriod must be greater than 0" }}
+{{- /* renewDeadline > 1.2 x retryPeriod, exactly: renew - retry > floor(retry / 5), in whole nanoseconds */}}
+{{- if le (sub $renew $retry) (div $retry 5) }}
+{{- fail (printf "election.renewDeadline (%v): must be greater than 1.2 x election.retryPeriod (%v)" $e.renewDeadline $e.retryPeriod) }}
 {{- end }}
-{{- if ge $skew $renew }}
-{{- fail (printf "election.clockSkewMargin (%s) must be shorter than election.renewDeadline (%s), or the token is never safe to hand out" $e.clockSkewMargin $e.renewDeadline) }}
+{{- if lt $skew 0 }}
+{{- fail (printf "election.clockSkewMargin (%v): must not be negative" $e.clockSkewMargin) }}
+{{- end }}
+{{- if ge $skew (sub $lease $retry) }}
+{{- fail (printf "election.clockSkewMargin (%v): must be less than election.leaseDuration minus election.retryPeriod (%v - %v), or the token would expire before the next renew" $e.clockSkewMargin $e.leaseDuration $e.retryPeriod) }}
 {{- end }}
 {{- $lname := include "elector-sidecar.leaseName" . }}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$" $lname) }}
@@ -129,8 +179,8 @@ template that renders something, so parent charts that use the named templates g
 {{- end }}
 {{- if .Values.appHealth.enabled }}
 {{- $h := .Values.appHealth }}
-{{- $period := include "elector-sidecar.durationMs" (list "appHealth.period" $h.period) | int64 }}
-{{- $timeout := include "elector-sidecar.durationMs" (list "appHealth.timeout" $h.timeout) | int64 }}
+{{- $period := include "elector-sidecar.durationNs" (list "appHealth.period" $h.period) | int64 }}
+{{- $timeout := include "elector-sidecar.durationNs" (list "appHealth.timeout" $h.timeout) | int64 }}
 {{- if or (eq $timeout 0) (ge $timeout $period) }}
 {{- fail (printf "appHealth.timeout (%s) must be greater than 0 and shorter than appHealth.period (%s)" (toString $h.timeout) (toString $h.period)) }}
 {{- end }}
