@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,10 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/client"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/configmapstore"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/httpstore"
-	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
 
 // Exit codes.
@@ -238,18 +237,11 @@ func newStore(spec, writer string) (fencedWriter, error) {
 	return fencing.New(configmapstore.New(cs.CoreV1(), a, b)), nil
 }
 
-// tokenReply is the sidecar's /token body, whatever the status: the
-// TokenResponse fields on 200, Error and Holder on 409 (Error on 503).
-type tokenReply struct {
-	localapi.TokenResponse
-	localapi.NotLeaderResponse
-}
-
 // writer is the loop's state.
 type writer struct {
 	cfg     *writerConfig
 	store   fencedWriter
-	http    *http.Client
+	sidecar *client.Client
 	out     io.Writer
 	mu      sync.Mutex // serialises log lines
 	attempt int
@@ -261,7 +253,11 @@ func runWriter(ctx context.Context, cfg *writerConfig, e env, late <-chan os.Sig
 	if err != nil {
 		return err
 	}
-	w := &writer{cfg: cfg, store: store, http: &http.Client{Timeout: 2 * time.Second}, out: out}
+	sidecar, err := client.New(cfg.sidecar, client.WithTimeout(2*time.Second))
+	if err != nil {
+		return err
+	}
+	w := &writer{cfg: cfg, store: store, sidecar: sidecar, out: out}
 	w.logf("result=starting sidecar=%s store=%s interval=%v", cfg.sidecar, cfg.store, cfg.interval)
 	if cfg.healthListen != "" {
 		stop, err := serveHealth(cfg.healthListen, w.logf)
@@ -297,22 +293,22 @@ func (w *writer) once(ctx context.Context) {
 	w.attempt++
 	reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	status, tr, err := w.token(reqCtx)
-	if err != nil {
+	tr, err := w.sidecar.Token(reqCtx)
+	var se *client.StatusError
+	switch {
+	case errors.As(err, &se): // 409 (another pod leads, or nobody), 503 (not ready, term not provably safe)
+		w.logf("result=not-leader status=%d holder=%s reason=%q", se.StatusCode, orDash(se.Holder), se.Message)
+		return
+	case err != nil:
 		if ctx.Err() == nil {
 			w.logf("result=sidecar-error err=%q", err.Error())
 		}
 		return
 	}
-	if status != http.StatusOK {
-		reason := tr.Error
-		w.logf("result=not-leader status=%d holder=%s reason=%q", status, orDash(tr.Holder), reason)
-		return
-	}
 	w.mu.Lock()
-	w.last = fencing.Token{Value: tr.Token, LeaseUID: tr.LeaseUID}
+	w.last = tr.Fencing()
 	w.mu.Unlock()
-	w.write(reqCtx, fencing.Token{Value: tr.Token, LeaseUID: tr.LeaseUID}, "")
+	w.write(reqCtx, tr.Fencing(), "")
 }
 
 // lateWrite writes with the last token we were given, without asking.
@@ -346,27 +342,6 @@ func (w *writer) write(ctx context.Context, tok fencing.Token, extra string) {
 	default:
 		w.logf("result=store-error token=%d err=%q%s", token, err.Error(), extra)
 	}
-}
-
-func (w *writer) token(ctx context.Context) (int, tokenReply, error) {
-	var tr tokenReply
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.sidecar+"/token", nil)
-	if err != nil {
-		return 0, tr, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := w.http.Do(req)
-	if err != nil {
-		return 0, tr, err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&tr); err != nil {
-		return resp.StatusCode, tr, fmt.Errorf("decode /token (status %d): %w", resp.StatusCode, err)
-	}
-	if resp.StatusCode == http.StatusOK && tr.Token <= 0 {
-		return resp.StatusCode, tr, fmt.Errorf("/token returned 200 without a token")
-	}
-	return resp.StatusCode, tr, nil
 }
 
 func orDash(s string) string {

@@ -1,7 +1,9 @@
 // Command go-worker is an example main container next to elector-sidecar: it
-// follows the sidecar's GET /watch stream, and while its pod leads it runs
-// jobs that each end in one row written to PostgreSQL through the fence of
-// pkg/fencing/postgres, stamped with the fencing token the job started with.
+// follows the sidecar's GET /watch stream (with pkg/client, which reconnects
+// and, on a sidecar without /watch, long-polls GET /leader instead), and
+// while its pod leads it runs jobs that each end in one row written to
+// PostgreSQL through the fence of pkg/fencing/postgres, stamped with the
+// fencing token the job started with.
 //
 //	go-worker [flags]
 //
@@ -34,9 +36,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,7 +46,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,6 +53,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/client"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	pgfence "github.com/elector-sidecar/elector-sidecar/pkg/fencing/postgres"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
@@ -134,7 +134,11 @@ func parseFlags(args []string) (config, error) {
 	case cfg.holder == "":
 		return cfg, errors.New("-holder must not be empty (set POD_NAME)")
 	}
-	cfg.sidecar = strings.TrimSuffix(cfg.sidecar, "/")
+	c, err := client.New(cfg.sidecar)
+	if err != nil {
+		return cfg, fmt.Errorf("-sidecar: %w", err)
+	}
+	cfg.sidecar = c.URL()
 	return cfg, nil
 }
 
@@ -160,8 +164,18 @@ func run(ctx context.Context, cfg config) error {
 	if cfg.healthListen != "" {
 		go serveHealth(ctx, cfg.healthListen, pool)
 	}
-	w := &worker{cfg: cfg, fence: pgfence.New(pool), http: &http.Client{Timeout: 2 * time.Second}}
-	w.leading.Store(true) // until the stream says otherwise (and if it is unavailable: poll /token)
+	sidecar, err := client.New(cfg.sidecar, client.WithTimeout(2*time.Second), client.WithErrorHandler(func(err error) {
+		if errors.Is(err, client.ErrNoWatch) {
+			log.Printf("no /watch on %s: long-polling GET /leader", cfg.sidecar)
+			return
+		}
+		log.Printf("following the sidecar: %v; reconnecting", err)
+	}))
+	if err != nil {
+		return err
+	}
+	w := &worker{cfg: cfg, fence: pgfence.New(pool), sidecar: sidecar}
+	w.leading.Store(true) // until the sidecar says otherwise (every job asks /token anyway)
 	go w.follow(ctx)
 	log.Printf("started: holder=%s resource=%s sidecar=%s interval=%v work=%v", cfg.holder, cfg.resource, cfg.sidecar, cfg.interval, cfg.work)
 	tick := time.NewTicker(cfg.interval)
@@ -182,9 +196,9 @@ func run(ctx context.Context, cfg config) error {
 type worker struct {
 	cfg     config
 	fence   *pgfence.Fence
-	http    *http.Client
-	leading atomic.Bool // the stream's last word: this pod leads
-	heard   bool        // follow's own: an event has arrived
+	sidecar *client.Client
+	leading atomic.Bool // the sidecar's last word: this pod leads
+	heard   bool        // follow's own: a state has arrived
 
 	jobs, committed, rejected int
 }
@@ -192,7 +206,7 @@ type worker struct {
 // job asks /token, works for cfg.work, then writes one row fenced with the
 // token it started with.
 func (w *worker) job(ctx context.Context) {
-	t, err := w.token(ctx)
+	t, err := w.sidecar.Token(ctx)
 	if err != nil {
 		log.Printf("no job: %v", err)
 		return
@@ -210,7 +224,7 @@ func (w *worker) job(ctx context.Context) {
 		return
 	case <-time.After(w.cfg.work):
 	}
-	tok := fencing.Token{Value: t.Token, LeaseUID: t.LeaseUID}
+	tok := t.Fencing()
 	err = w.fence.Do(ctx, w.cfg.resource, tok, w.cfg.holder, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "INSERT INTO example_writes (resource, token, holder) VALUES ($1, $2, $3)", w.cfg.resource, t.Token, w.cfg.holder)
 		return err
@@ -229,85 +243,10 @@ func (w *worker) job(ctx context.Context) {
 	}
 }
 
-// token calls GET /token: the token and Lease UID to fence a write with.
-func (w *worker) token(ctx context.Context) (localapi.TokenResponse, error) {
-	var t localapi.TokenResponse
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.sidecar+"/token", nil)
-	if err != nil {
-		return t, err
-	}
-	resp, err := w.http.Do(req)
-	if err != nil {
-		return t, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var nl localapi.NotLeaderResponse
-		_ = json.NewDecoder(resp.Body).Decode(&nl)
-		return t, fmt.Errorf("/token: %d %s (holder %q)", resp.StatusCode, nl.Error, nl.Holder)
-	}
-	return t, json.NewDecoder(resp.Body).Decode(&t)
-}
-
-// follow keeps w.leading up to date from GET /watch, reconnecting with
-// Last-Event-ID. A sidecar without /watch (404) leaves w.leading true: every
-// tick then polls /token, which answers 409 to followers.
+// follow keeps w.leading up to date from the sidecar (GET /watch; pkg/client
+// reconnects with Last-Event-ID, and long-polls a sidecar without /watch).
 func (w *worker) follow(ctx context.Context) {
-	last := ""
-	for ctx.Err() == nil {
-		err := w.watch(ctx, &last)
-		if errors.Is(err, errNoWatch) {
-			log.Printf("no /watch on %s: polling /token every %v", w.cfg.sidecar, w.cfg.interval)
-			w.leading.Store(true)
-			return
-		}
-		if ctx.Err() == nil {
-			log.Printf("/watch: %v; reconnecting", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-var errNoWatch = errors.New("no /watch")
-
-func (w *worker) watch(ctx context.Context, last *string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.cfg.sidecar+"/watch", nil)
-	if err != nil {
-		return err
-	}
-	if *last != "" {
-		req.Header.Set("Last-Event-ID", *last)
-	}
-	resp, err := http.DefaultClient.Do(req) // no client timeout: the stream stays open
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return errNoWatch
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if id, ok := strings.CutPrefix(line, "id: "); ok {
-			*last = id
-			continue
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		var st localapi.LeaderResponse
-		if err := json.Unmarshal([]byte(data), &st); err != nil {
-			return fmt.Errorf("bad event %q: %w", data, err)
-		}
+	_ = w.sidecar.Watch(ctx, func(st localapi.LeaderResponse) {
 		if was := w.leading.Swap(st.IsLeader); was != st.IsLeader || !w.heard {
 			w.heard = true
 			if st.IsLeader {
@@ -316,11 +255,7 @@ func (w *worker) watch(ctx context.Context, last *string) error {
 				log.Printf("not leading: holder=%q", st.Holder)
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return io.ErrUnexpectedEOF
+	})
 }
 
 // serveHealth answers GET /healthz: 200 while PostgreSQL answers a ping, else 503.

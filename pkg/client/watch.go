@@ -1,0 +1,285 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+)
+
+// Watch calls fn with the sidecar's state (GET /leader's body) at once and
+// then at every change, until ctx ends; then it returns ctx.Err(). fn runs
+// on Watch's goroutine, one call at a time; changes that come while it runs
+// are coalesced (fn gets the latest state).
+//
+// Watch follows the GET /watch stream. When the stream drops, or goes
+// silent for longer than the idle timeout (WithIdleTimeout), or the sidecar
+// cannot be reached, Watch reconnects after a backoff (WithBackoff) and
+// sends the ETag of the last state it gave fn as Last-Event-ID, so fn is
+// not called again for a state it has already seen. A sidecar without
+// /watch (404) is followed with the GET /leader long-poll instead, and one
+// without the long-poll by reading GET /leader every poll interval
+// (WithPollInterval). Every error Watch recovers from goes to the error
+// handler (WithErrorHandler).
+func (c *Client) Watch(ctx context.Context, fn func(localapi.LeaderResponse)) error {
+	if fn == nil {
+		return errors.New("client.Watch: fn is nil")
+	}
+	w := &watcher{c: c, fn: fn}
+	return w.run(ctx)
+}
+
+// How Watch follows the sidecar.
+type watchMode int
+
+const (
+	modeStream   watchMode = iota // GET /watch
+	modeLongPoll                  // GET /leader?wait= with If-None-Match
+	modePoll                      // GET /leader every poll interval
+)
+
+type watcher struct {
+	c    *Client
+	fn   func(localapi.LeaderResponse)
+	last string // the ETag of the last state given to fn ("": none yet)
+	seen *localapi.LeaderResponse
+}
+
+func (w *watcher) run(ctx context.Context) error {
+	mode := modeStream
+	backoff := w.c.backoff
+	for {
+		var answered bool
+		var err error
+		switch mode {
+		case modeStream:
+			answered, err = w.stream(ctx)
+		case modeLongPoll:
+			answered, err = w.longPoll(ctx)
+		default:
+			answered, err = w.poll(ctx)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if answered {
+			backoff = w.c.backoff
+		}
+		var se *StatusError
+		switch {
+		case mode == modeStream && errors.As(err, &se) && se.StatusCode == http.StatusNotFound:
+			mode = modeLongPoll
+			w.report(fmt.Errorf("%w (%v): long-polling GET /leader instead", ErrNoWatch, err))
+			continue
+		case mode == modeLongPoll && errors.Is(err, errNoLongPoll):
+			mode = modePoll
+			w.report(fmt.Errorf("%w: polling GET /leader every %v instead", err, w.c.pollInterval))
+			continue
+		case err == nil && mode == modeLongPoll:
+			continue // the next long-poll at once
+		case err == nil:
+			if !sleep(ctx, w.c.pollInterval) {
+				return ctx.Err()
+			}
+			continue
+		}
+		w.report(err)
+		if !sleep(ctx, backoff.Step()) {
+			return ctx.Err()
+		}
+	}
+}
+
+func (w *watcher) report(err error) {
+	if w.c.onError != nil {
+		w.c.onError(err)
+	}
+}
+
+// sleep waits d or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// deliver gives fn the state r with ETag etag, unless fn has seen it.
+func (w *watcher) deliver(r *localapi.LeaderResponse, etag string) {
+	if etag != "" {
+		if etag == w.last {
+			return
+		}
+		w.last = etag
+	} else {
+		// No ETag (a very old sidecar): compare the bodies, without the
+		// validity that counts down between renewals.
+		cmp := *r
+		cmp.ExpiresInMs = 0
+		if w.seen != nil && sameState(w.seen, &cmp) {
+			return
+		}
+		w.seen = &cmp
+	}
+	w.fn(*r)
+}
+
+func sameState(a, b *localapi.LeaderResponse) bool {
+	x, y := *a, *b
+	x.AppHealthy, y.AppHealthy = nil, nil
+	return x == y && (a.AppHealthy == nil) == (b.AppHealthy == nil) &&
+		(a.AppHealthy == nil || *a.AppHealthy == *b.AppHealthy)
+}
+
+// stream follows one GET /watch connection until it ends; answered is true
+// once the sidecar has sent anything (an event or a heartbeat).
+func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var idled atomic.Bool
+	idle := time.AfterFunc(w.c.idleTimeout, func() {
+		idled.Store(true)
+		cancel()
+	})
+	defer idle.Stop()
+	hdr := http.Header{"Accept": {"text/event-stream"}}
+	if w.last != "" {
+		hdr.Set("Last-Event-ID", w.last)
+	}
+	resp, err := w.c.do(sctx, http.MethodGet, "/watch", "", hdr)
+	if err != nil {
+		return false, w.streamErr(err, &idled)
+	}
+	defer resp.Body.Close()
+	if err := checkStatus(resp, "/watch", http.StatusOK); err != nil {
+		return false, err
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return false, fmt.Errorf("GET /watch: the answer is %q, not an event stream", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 4096), maxBody)
+	var id, event string
+	var data []byte
+	idSet := false
+	for sc.Scan() {
+		idle.Reset(w.c.idleTimeout)
+		answered = true
+		line := sc.Bytes()
+		if len(line) == 0 { // the end of an event: dispatch it
+			if event == "leader" && len(data) > 0 {
+				var r localapi.LeaderResponse
+				if err := json.Unmarshal(data, &r); err != nil {
+					return true, fmt.Errorf("GET /watch: the event's data is not the expected JSON (%w): %q", err, data[:min(len(data), 200)])
+				}
+				tag := id
+				if !idSet {
+					tag = ""
+				}
+				w.deliver(&r, tag)
+			}
+			id, event, data, idSet = "", "", data[:0], false
+			continue
+		}
+		if line[0] == ':' { // a comment: the heartbeat
+			continue
+		}
+		field, value, _ := strings.Cut(string(line), ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "id":
+			id, idSet = value, true
+		case "event":
+			event = value
+		case "data":
+			if len(data) > 0 {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return answered, w.streamErr(fmt.Errorf("GET /watch: %w", err), &idled)
+	}
+	return answered, fmt.Errorf("GET /watch: the sidecar ended the stream: %w", io.ErrUnexpectedEOF)
+}
+
+// streamErr names a stream's error caused by the idle timeout.
+func (w *watcher) streamErr(err error, idled *atomic.Bool) error {
+	if idled.Load() {
+		return fmt.Errorf("GET /watch: nothing (no event, no heartbeat) for %v: reconnecting", w.c.idleTimeout)
+	}
+	return err
+}
+
+// errNoLongPoll: the sidecar does not know GET /leader's wait=.
+var errNoLongPoll = errors.New("the sidecar has no GET /leader long-poll")
+
+// longPoll makes one GET /leader: a plain one while no state is known, else
+// a long-poll on the last ETag.
+func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
+	if w.last == "" {
+		answered, err := w.poll(ctx)
+		if err == nil && w.last == "" {
+			return answered, fmt.Errorf("%w: GET /leader sends no ETag", errNoLongPoll)
+		}
+		return answered, err
+	}
+	wait := w.c.longPollWait
+	lctx, cancel := context.WithTimeout(ctx, wait+w.c.timeout)
+	defer cancel()
+	resp, err := w.c.do(lctx, http.MethodGet, "/leader", "wait="+wait.String(), http.Header{"If-None-Match": {w.last}})
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if err := checkStatus(resp, "/leader", http.StatusOK, http.StatusNotModified); err != nil {
+		var se *StatusError
+		if errors.As(err, &se) && se.StatusCode == http.StatusBadRequest && strings.Contains(se.Message, "wait") {
+			return false, fmt.Errorf("%w (%v)", errNoLongPoll, err)
+		}
+		return false, err
+	}
+	if resp.StatusCode == http.StatusNotModified {
+		return true, nil
+	}
+	return true, w.answer(resp)
+}
+
+// poll makes one plain GET /leader.
+func (w *watcher) poll(ctx context.Context) (answered bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, w.c.timeout)
+	defer cancel()
+	resp, err := w.c.do(pctx, http.MethodGet, "/leader", "", nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if err := checkStatus(resp, "/leader", http.StatusOK); err != nil {
+		return false, err
+	}
+	return true, w.answer(resp)
+}
+
+// answer gives fn a 200 of GET /leader.
+func (w *watcher) answer(resp *http.Response) error {
+	var r localapi.LeaderResponse
+	if err := decode(resp, "/leader", &r); err != nil {
+		return err
+	}
+	etag := resp.Header.Get("ETag")
+	w.deliver(&r, etag)
+	return nil
+}
