@@ -3,7 +3,8 @@
 // server-sent events), /token, /release, /healthz, /readyz, /metrics.
 //
 // Every error is JSON ({"error": "..."}), a wrong method is 405 with an Allow
-// header, an unknown path is 404, a bad or unknown query parameter is 400.
+// header, an unknown path is 404, a bad or unknown query parameter is 400,
+// a body over MaxRequestBodyBytes is 413.
 // /token is served only while this process leads and its token is safe; see
 // package election.
 package localapi
@@ -11,6 +12,7 @@ package localapi
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -37,6 +39,23 @@ var _ Elector = (*election.Elector)(nil)
 
 // ReleaseTimeout bounds a POST /release.
 const ReleaseTimeout = 10 * time.Second
+
+// Slow-client defences of NewServer's server and of the handler. A client
+// that sends its headers slowly is cut off after ReadHeaderTimeout, one that
+// sends its body slowly after ReadTimeout; an answer must be written within
+// WriteTimeout (the push endpoints set their own deadlines instead, see
+// DefaultStreamWriteTimeout); an idle keep-alive connection is closed after
+// IdleTimeout. LimitListener caps the connections.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	ReadTimeout       = 10 * time.Second
+	WriteTimeout      = 15 * time.Second
+	IdleTimeout       = 120 * time.Second
+	MaxHeaderBytes    = 16 << 10
+	// MaxRequestBodyBytes caps a request's body: no endpoint takes one, and
+	// POST /release ignores up to this much; a longer one is a 413.
+	MaxRequestBodyBytes = 4 << 10
+)
 
 // Limits and defaults of the push endpoints and of POST /release?for=.
 const (
@@ -171,19 +190,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; use "+rt.method)
 		return
 	}
+	if r.ContentLength > MaxRequestBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+		return
+	}
 	rt.handler(w, r)
 }
 
-// NewServer returns an http.Server with timeouts set for addr.
+// tooLarge is the error of a 413.
+var tooLarge = "request body too large (" + strconv.Itoa(MaxRequestBodyBytes) + " bytes at most; no endpoint takes a body)"
+
+// NewServer returns an http.Server for addr with the slow-client timeouts
+// (ReadHeaderTimeout, ...) and MaxHeaderBytes set; serve it on a
+// LimitListener to cap the connections too.
 func NewServer(addr string, h http.Handler) *http.Server {
 	return &http.Server{
 		Addr:              addr,
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      15 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 }
 
@@ -267,6 +295,19 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		out = d
+	}
+	// A body of unknown length (chunked) is read up to the cap before the
+	// release, so that a too-large one changes nothing.
+	if r.Body != nil && r.Body != http.NoBody {
+		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes)); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			} else {
+				writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+			}
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ReleaseTimeout)
 	defer cancel()
