@@ -6,7 +6,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 DURATION ?= 2m
 # STORE: the fenced store of `make demo` and `make chaos`: memory (the default) or a throwaway postgres / redis.
 STORE ?=
-LDFLAGS := -s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$(VERSION) -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=$(REVISION)
 
 .PHONY: help
 help: ## List the targets.

@@ -7,7 +7,8 @@
 #
 # Environment:
 #   VERSION   image tag and pkg/version.Version (default: git describe --tags --always --dirty, else "dev")
-#   REVISION  org.opencontainers.image.revision label (default: git rev-parse HEAD, else "unknown")
+#   REVISION  org.opencontainers.image.revision label and pkg/version.Revision (elector_build_info's revision)
+#             (default: git rev-parse HEAD, else "unknown")
 #   IMAGE     image name (default: elector-sidecar); the tarball is tagged $IMAGE:$VERSION
 #   OUT       output tarball (default: _output/elector-sidecar-image.tar)
 #   GOARCH    target architecture (default: go env GOARCH)
@@ -46,7 +47,7 @@ for pair in $IMAGE_BINARIES; do
   out="$bindir/$(basename "$dst")"
   log "building $pkg (VERSION=$VERSION, linux/$GOARCH)"
   CGO_ENABLED=0 GOOS=linux GOARCH="$GOARCH" go build -trimpath \
-    -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$VERSION" \
+    -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$VERSION -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=$REVISION" \
     -o "$out" "$pkg"
   file_args+=(--file "$out:$dst:0755")
 done

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -51,6 +52,15 @@ type Config struct {
 	// LeaderLabel is the pod label key that marks the leader's pod
 	// (--leader-label); off while empty.
 	LeaderLabel string
+
+	// LeaseLabels is --lease-labels as given: key=value pairs separated by
+	// commas ("" for none); ElectionConfig parses it.
+	LeaseLabels string
+
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit on API
+	// server requests (--kube-api-qps, --kube-api-burst).
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 }
 
 // Env abstracts the process environment for tests.
@@ -66,7 +76,14 @@ var OSEnv = Env{Getenv: os.Getenv, ReadFile: os.ReadFile, Hostname: os.Hostname}
 // UsageError is a bad flag or value: the binary exits 2 with its message.
 type UsageError struct{ Err error }
 
-func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Error() string { return lineBreaks.Replace(e.Err.Error()) }
+
+// lineBreaks escapes the line breaks that an argument can carry into an
+// error (the flag package quotes values, not the names of unknown flags nor
+// bad syntax), so that a UsageError is always one line.
+var lineBreaks = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\v", `\v`, "\f", `\f`,
+	"\u0085", `\u0085`, "\u2028", `\u2028`, "\u2029", `\u2029`)
+
 func (e *UsageError) Unwrap() error { return e.Err }
 
 // flagSpec ties a flag to its environment variable.
@@ -95,6 +112,9 @@ var Flags = []flagSpec{
 	{"app-health-failure-threshold", "ELECTOR_APP_HEALTH_FAILURE_THRESHOLD"},
 	{"app-health-success-threshold", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD"},
 	{"leader-label", "ELECTOR_LEADER_LABEL"},
+	{"lease-labels", "ELECTOR_LEASE_LABELS"},
+	{"kube-api-qps", "ELECTOR_KUBE_API_QPS"},
+	{"kube-api-burst", "ELECTOR_KUBE_API_BURST"},
 }
 
 // newFlagSet registers every flag of the binary on c, with its default.
@@ -121,6 +141,9 @@ func newFlagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.AppHealthFailureThreshold, "app-health-failure-threshold", apphealth.DefaultFailureThreshold, "consecutive failed probes that make the app unhealthy (the pod steps down)")
 	fs.IntVar(&c.AppHealthSuccessThreshold, "app-health-success-threshold", apphealth.DefaultSuccessThreshold, "consecutive passed probes that make the app healthy (the pod campaigns)")
 	fs.StringVar(&c.LeaderLabel, "leader-label", "", "label key (e.g. "+leaderlabel.DefaultKey+") set to \"true\" on this pod (named by --identity, in the Lease namespace) while it leads, for a Service that routes to the leader (default: off)")
+	fs.StringVar(&c.LeaseLabels, "lease-labels", "", "labels of the Lease, key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing): set when this sidecar creates the Lease; its next write adds any the Lease lacks, and changes or removes none (default: none)")
+	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "client-side limit on API server requests per second (sustained)")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "client-side limit on API server requests in a burst above --kube-api-qps")
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
 	return fs
 }
@@ -224,6 +247,16 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--leader-label %q: not a valid label key: %s", c.LeaderLabel, why)
 		}
 	}
+	// Keys and values are checked by the election (leaseLabels below).
+	if _, err := parseLabels(c.LeaseLabels); err != nil {
+		return err
+	}
+	switch {
+	case math.IsNaN(c.KubeAPIQPS) || c.KubeAPIQPS <= 0 || c.KubeAPIQPS > math.MaxFloat32:
+		return fmt.Errorf("--kube-api-qps %v: must be a positive number", c.KubeAPIQPS)
+	case c.KubeAPIBurst < 1:
+		return fmt.Errorf("--kube-api-burst %d: must be at least 1", c.KubeAPIBurst)
+	}
 	ec := c.ElectionConfig()
 	ec.Client = nil
 	if errs := ec.Validate(); len(errs) > 0 {
@@ -244,6 +277,7 @@ var electionFlags = map[string]string{
 	"renewDeadline":   "renew-deadline",
 	"retryPeriod":     "retry-period",
 	"clockSkewMargin": "clock-skew-margin",
+	"leaseLabels":     "lease-labels",
 }
 
 // flagError words an election field error as one line naming its flag:
@@ -376,7 +410,9 @@ func checkAppHealthURL(s string) error {
 }
 
 // ElectionConfig maps the binary's config onto the election's (no client).
+// A --lease-labels that does not parse (Validate reports it) sets none.
 func (c *Config) ElectionConfig() election.Config {
+	labels, _ := parseLabels(c.LeaseLabels)
 	return election.Config{
 		Namespace:       c.LeaseNamespace,
 		Name:            c.LeaseName,
@@ -385,5 +421,36 @@ func (c *Config) ElectionConfig() election.Config {
 		RenewDeadline:   c.RenewDeadline,
 		RetryPeriod:     c.RetryPeriod,
 		ClockSkewMargin: c.ClockSkewMargin,
+		LeaseLabels:     labels,
 	}
+}
+
+// The client-side rate limit defaults: Lease writes are tiny and rare, and
+// a leader must never queue behind the limiter.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
+// parseLabels parses --lease-labels: "" (none), or key=value pairs
+// separated by commas, with spaces around keys and values ignored. The
+// value may be empty ("key="); a key may not repeat. It checks the syntax
+// only; the election validates keys and values as Kubernetes labels.
+func parseLabels(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	labels := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--lease-labels %q: %q is not key=value; want key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing)", s, strings.TrimSpace(pair))
+		}
+		if _, dup := labels[k]; dup {
+			return nil, fmt.Errorf("--lease-labels %q: key %q is given twice", s, k)
+		}
+		labels[k] = v
+	}
+	return labels, nil
 }

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"errors"
 	"flag"
+	"maps"
 	"math"
 	"os"
 	"reflect"
@@ -50,7 +51,8 @@ func TestParse(t *testing.T) {
 			want := Config{LeaseName: "billing", LeaseNamespace: "default", Identity: "host-1", LeaseDuration: 15 * time.Second,
 				RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond,
 				HTTPAddress: "127.0.0.1:4040", LogFormat: "text", LogLevel: "info",
-				AppHealthPeriod: 2 * time.Second, AppHealthTimeout: time.Second, AppHealthFailureThreshold: 3, AppHealthSuccessThreshold: 1}
+				AppHealthPeriod: 2 * time.Second, AppHealthTimeout: time.Second, AppHealthFailureThreshold: 3, AppHealthSuccessThreshold: 1,
+				KubeAPIQPS: 50, KubeAPIBurst: 100}
 			if *c != want {
 				t.Fatalf("got %+v\nwant %+v", *c, want)
 			}
@@ -73,13 +75,15 @@ func TestParse(t *testing.T) {
 			"ELECTOR_KUBECONFIG": "/k", "ELECTOR_LOG_FORMAT": "json", "ELECTOR_LOG_LEVEL": "debug", "POD_NAME": "ignored",
 			"ELECTOR_APP_HEALTH_URL": "http://localhost:8080/healthz", "ELECTOR_APP_HEALTH_PERIOD": "5s", "ELECTOR_APP_HEALTH_TIMEOUT": "3s",
 			"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "2", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD": "4",
-			"ELECTOR_LEADER_LABEL": "example.com/leader"},
+			"ELECTOR_LEADER_LABEL": "example.com/leader", "ELECTOR_LEASE_LABELS": "app.kubernetes.io/instance=billing",
+			"ELECTOR_KUBE_API_QPS": "2.5", "ELECTOR_KUBE_API_BURST": "7"},
 			check: func(t *testing.T, c *Config) {
 				want := Config{LeaseName: "l", LeaseNamespace: "ns", Identity: "me", LeaseDuration: 3 * time.Second,
 					RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 100 * time.Millisecond,
 					HTTPAddress: "127.0.0.1:5050", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
 					AppHealthURL: "http://localhost:8080/healthz", AppHealthPeriod: 5 * time.Second, AppHealthTimeout: 3 * time.Second,
-					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader"}
+					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader",
+					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7}
 				if *c != want {
 					t.Fatalf("got %+v\nwant %+v", *c, want)
 				}
@@ -171,6 +175,47 @@ func TestParse(t *testing.T) {
 		{name: "leader label name too long", args: []string{"--lease-name=l", "--leader-label=" + strings.Repeat("x", 64)}, host: "h", wantErr: "name part must be no more than 63 bytes"},
 		{name: "leader label empty name", args: []string{"--lease-name=l", "--leader-label=example.com/"}, host: "h", wantErr: `--leader-label "example.com/": not a valid label key: name part must be non-empty`},
 		{name: "leader label from env", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_LEADER_LABEL": "-leader"}, host: "h", wantErr: `--leader-label "-leader": not a valid label key`},
+		{name: "lease labels: the chart's", args: []string{"--lease-name=l", "--lease-labels=app.kubernetes.io/name=elector-sidecar,app.kubernetes.io/instance=billing"}, host: "h", check: func(t *testing.T, c *Config) {
+			want := map[string]string{"app.kubernetes.io/name": "elector-sidecar", "app.kubernetes.io/instance": "billing"}
+			if got := c.ElectionConfig().LeaseLabels; !maps.Equal(got, want) {
+				t.Fatalf("lease labels %v, want %v", got, want)
+			}
+		}},
+		{name: "lease labels: spaces around pairs, an empty value", args: []string{"--lease-name=l", "--lease-labels= team = billing , tier= "}, host: "h", check: func(t *testing.T, c *Config) {
+			want := map[string]string{"team": "billing", "tier": ""}
+			if got := c.ElectionConfig().LeaseLabels; !maps.Equal(got, want) {
+				t.Fatalf("lease labels %v, want %v", got, want)
+			}
+		}},
+		{name: "lease labels empty: none", args: []string{"--lease-name=l", "--lease-labels="}, host: "h", check: func(t *testing.T, c *Config) {
+			if got := c.ElectionConfig().LeaseLabels; got != nil {
+				t.Fatalf("lease labels %v, want none", got)
+			}
+		}},
+		{name: "lease labels: a value with = in it", args: []string{"--lease-name=l", "--lease-labels=a=b=c"}, host: "h", wantErr: `--lease-labels "a=b=c": invalid label value: `, path: "leaseLabels"},
+		{name: "lease labels: no =", args: []string{"--lease-name=l", "--lease-labels=billing"}, host: "h",
+			wantErr: `--lease-labels "billing": "billing" is not key=value; want key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing)`, exact: true},
+		{name: "lease labels: empty key", args: []string{"--lease-name=l", "--lease-labels==billing"}, host: "h", wantErr: `--lease-labels "=billing": "=billing" is not key=value`},
+		{name: "lease labels: trailing comma", args: []string{"--lease-name=l", "--lease-labels=a=b,"}, host: "h", wantErr: `--lease-labels "a=b,": "" is not key=value`},
+		{name: "lease labels: key twice", args: []string{"--lease-name=l", "--lease-labels=a=b,a=c"}, host: "h", wantErr: `--lease-labels "a=b,a=c": key "a" is given twice`, exact: true},
+		{name: "lease labels: bad key", args: []string{"--lease-name=l", "--lease-labels=my team=billing"}, host: "h", wantErr: `--lease-labels "my team=billing": invalid label key: name part must consist of alphanumeric characters`, path: "leaseLabels"},
+		{name: "lease labels: bad prefix", args: []string{"--lease-name=l", "--lease-labels=Example.com/team=billing"}, host: "h", wantErr: `--lease-labels "Example.com/team=billing": invalid label key: prefix part`, path: "leaseLabels"},
+		{name: "lease labels: value too long", args: []string{"--lease-name=l", "--lease-labels=team=" + strings.Repeat("v", 64)}, host: "h", wantErr: "invalid label value: must be no more than 63 bytes", path: "leaseLabels"},
+		{name: "lease labels: bad value from env", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_LEASE_LABELS": "team=-billing"}, host: "h", wantErr: `--lease-labels "team=-billing": invalid label value: `, path: "leaseLabels"},
+		{name: "kube api qps fractional", args: []string{"--lease-name=l", "--kube-api-qps=0.5", "--kube-api-burst=1"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.KubeAPIQPS != 0.5 || c.KubeAPIBurst != 1 {
+				t.Fatalf("qps %v burst %d", c.KubeAPIQPS, c.KubeAPIBurst)
+			}
+		}},
+		{name: "kube api qps zero", args: []string{"--lease-name=l", "--kube-api-qps=0"}, host: "h", wantErr: "--kube-api-qps 0: must be a positive number", exact: true},
+		{name: "kube api qps negative", args: []string{"--lease-name=l", "--kube-api-qps=-5"}, host: "h", wantErr: "--kube-api-qps -5: must be a positive number", exact: true},
+		{name: "kube api qps NaN", args: []string{"--lease-name=l", "--kube-api-qps=NaN"}, host: "h", wantErr: "--kube-api-qps NaN: must be a positive number", exact: true},
+		{name: "kube api qps infinite", args: []string{"--lease-name=l", "--kube-api-qps=Inf"}, host: "h", wantErr: "--kube-api-qps +Inf: must be a positive number", exact: true},
+		{name: "kube api qps beyond float32", args: []string{"--lease-name=l", "--kube-api-qps=1e39"}, host: "h", wantErr: "--kube-api-qps 1e+39: must be a positive number", exact: true},
+		{name: "kube api qps not a number", env: map[string]string{"ELECTOR_KUBE_API_QPS": "fast"}, wantErr: `invalid value "fast" for ELECTOR_KUBE_API_QPS (--kube-api-qps)`},
+		{name: "kube api burst zero", args: []string{"--lease-name=l", "--kube-api-burst=0"}, host: "h", wantErr: "--kube-api-burst 0: must be at least 1", exact: true},
+		{name: "kube api burst negative from env", args: []string{"--lease-name=l"}, env: map[string]string{"ELECTOR_KUBE_API_BURST": "-1"}, host: "h", wantErr: "--kube-api-burst -1: must be at least 1", exact: true},
+		{name: "kube api burst not an integer", args: []string{"--lease-name=l", "--kube-api-burst=1.5"}, host: "h", wantErr: `invalid value "1.5" for flag -kube-api-burst`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,6 +299,10 @@ func badElectionConfigs(t *testing.T) []election.Config {
 			}
 		case f.Type.Kind() == reflect.Bool:
 			bad = append(bad, true, false)
+		case f.Type == reflect.TypeFor[map[string]string]():
+			for _, m := range []map[string]string{{"": "v"}, {"a b": "v"}, {"a/b/c": "v"}, {"k": "-v"}, {"k": strings.Repeat("v", 64)}} {
+				bad = append(bad, m)
+			}
 		default:
 			// Dependencies (client, clock, logger, ...), not settings.
 			continue

@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -56,8 +55,10 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// RestConfig loads the kubeconfig file, or the in-cluster config without one.
-func RestConfig(kubeconfig string) (*rest.Config, error) {
+// RestConfig loads the kubeconfig file, or the in-cluster config without
+// one, with the client-side rate limit of --kube-api-qps and
+// --kube-api-burst.
+func RestConfig(kubeconfig string, qps float64, burst int) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -72,15 +73,15 @@ func RestConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	cfg.UserAgent = "elector-sidecar/" + version.Version
 	// Lease writes are tiny and rare; a leader must never queue behind a
-	// client-side rate limiter.
-	cfg.QPS, cfg.Burst = 50, 100
+	// client-side rate limiter (the defaults, 50 and 100, leave room).
+	cfg.QPS, cfg.Burst = float32(qps), burst
 	return cfg, nil
 }
 
 // Run starts the election and the local API and blocks until ctx is done,
 // then releases the Lease and stops. Listener errors are returned wrapped.
 func Run(ctx context.Context, c *Config, log *slog.Logger) error {
-	restCfg, err := RestConfig(c.Kubeconfig)
+	restCfg, err := RestConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst)
 	if err != nil {
 		return err
 	}
@@ -88,12 +89,12 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating kubernetes client: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ec := c.ElectionConfig()
+	// Every elector_* metric carries lease="<namespace>/<name>" (metrics.go).
+	reg, electorReg := newRegistry(ec.LeaseKey())
 	ec.Client = client
 	ec.Logger = log
-	ec.Registerer = reg
+	ec.Registerer = electorReg
 	if c.AppHealthURL != "" {
 		// An app that has never been healthy does not lead.
 		ec.StartWithdrawn = AppNotHealthyYet
@@ -102,7 +103,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if c.LeaderLabel != "" {
 		// The holder identity is the pod name; the pod is in the Lease's namespace.
 		labeler, err = leaderlabel.New(leaderlabel.Config{Client: client, Namespace: c.LeaseNamespace, PodName: c.Identity,
-			Key: c.LeaderLabel, Logger: log, Registerer: reg})
+			Key: c.LeaderLabel, Logger: log, Registerer: electorReg})
 		if err != nil {
 			return err
 		}
@@ -117,7 +118,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	prober, err := c.newProber(el, reg, log)
+	prober, err := c.newProber(el, electorReg, log)
 	if err != nil {
 		return err
 	}
@@ -142,7 +143,8 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 			}
 			return fmt.Errorf("listening on %s: %w", s.Addr, err)
 		}
-		listeners = append(listeners, ln)
+		// A cap on connections (slow-client defence; see localapi).
+		listeners = append(listeners, localapi.LimitListener(ln, localapi.DefaultMaxConnections))
 	}
 
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -157,6 +159,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 			}
 		}()
 	}
+	warnIfExposed(log, c.HTTPAddress)
 	log.Info("starting", "version", version.Version, "lease", ec.LeaseKey(), "identity", c.Identity,
 		"httpAddress", listeners[0].Addr().String(), "leaseDuration", c.LeaseDuration,
 		"renewDeadline", c.RenewDeadline, "retryPeriod", c.RetryPeriod, "appHealthURL", c.AppHealthURL, "leaderLabel", c.LeaderLabel)
@@ -231,4 +234,21 @@ func (c *Config) newProber(el *election.Elector, reg prometheus.Registerer, log 
 			return el.SetCandidate(ctx, healthy, reason)
 		},
 	})
+}
+
+// warnIfExposed logs a warning when the local API listens beyond loopback
+// (--http-address on a pod IP, 0.0.0.0 or all interfaces): it has no
+// authentication, so whoever reaches it can read the token and release the
+// Lease.
+func warnIfExposed(log *slog.Logger, httpAddress string) {
+	host, _, err := net.SplitHostPort(httpAddress)
+	if err != nil {
+		return // Validate refused it
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return
+	}
+	log.Warn("the local API listens beyond loopback: anyone who can reach it can read the fencing token (GET /token) "+
+		"and release the Lease (POST /release); keep --http-address on 127.0.0.1 unless a network policy guards it",
+		"httpAddress", httpAddress)
 }

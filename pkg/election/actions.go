@@ -65,6 +65,7 @@ func (e *Elector) acquire(ctx context.Context) {
 	} else {
 		l := s.obs.DeepCopy()
 		l.Spec = spec
+		e.addLabels(l)
 		got, err = e.leases.Update(reqCtx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -107,6 +108,7 @@ func (e *Elector) raise(ctx context.Context) {
 	s := &e.st
 	l := s.obs.DeepCopy()
 	l.Spec = raiseSpec(l.Spec, s.maxSeen)
+	e.addLabels(l)
 	reqCtx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
 	defer cancel()
 	got, err := e.leases.Update(reqCtx, l, metav1.UpdateOptions{})
@@ -132,6 +134,7 @@ func (e *Elector) renew(ctx context.Context) {
 		}
 		l := s.obs.DeepCopy()
 		l.Spec = renewSpec(l.Spec, e.cfg.Identity, e.cfg.LeaseDuration, t.token, sent)
+		e.addLabels(l)
 		reqCtx, cancel := context.WithTimeout(ctx, remaining)
 		got, err := e.leases.Update(reqCtx, l, metav1.UpdateOptions{})
 		cancel()
@@ -236,6 +239,7 @@ func (e *Elector) stepDown(ctx context.Context, why string) error {
 		token := transitionsOf(l)
 		free := l.DeepCopy()
 		free.Spec = releaseSpec(l.Spec, s.lastToken, e.clock.Now())
+		e.addLabels(free)
 		var got *coordinationv1.Lease
 		got, err = e.leases.Update(ctx, free, metav1.UpdateOptions{})
 		if err == nil {
@@ -255,10 +259,30 @@ func (e *Elector) stepDown(ctx context.Context, why string) error {
 	return fmt.Errorf("releasing lease %s: %w", e.cfg.LeaseKey(), err)
 }
 
+// newLease is the Lease this candidate creates: its spec and
+// Config.LeaseLabels.
 func (e *Elector) newLease(spec coordinationv1.LeaseSpec) *coordinationv1.Lease {
-	return &coordinationv1.Lease{
+	l := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Name, Namespace: e.cfg.Namespace},
 		Spec:       spec,
+	}
+	e.addLabels(l)
+	return l
+}
+
+// addLabels adds the Config.LeaseLabels that l lacks, before a write: a
+// Lease created without them (by an older version, or another client)
+// gets them with this candidate's next write. A key l already has keeps
+// its value; nothing is removed.
+func (e *Elector) addLabels(l *coordinationv1.Lease) {
+	for k, v := range e.cfg.LeaseLabels {
+		if _, ok := l.Labels[k]; ok {
+			continue
+		}
+		if l.Labels == nil {
+			l.Labels = make(map[string]string, len(e.cfg.LeaseLabels))
+		}
+		l.Labels[k] = v
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sort"
 	"strings"
 	"time"
 
@@ -51,6 +52,12 @@ type Config struct {
 	// ClockSkewMargin is taken off the token's validity to cover clock-rate
 	// differences between this process and the other candidates.
 	ClockSkewMargin time.Duration
+	// LeaseLabels are set on the Lease when this candidate creates it (or
+	// restores it after a deletion). A Lease that lacks one of these keys
+	// gets it with this candidate's next write of the Lease (acquire,
+	// renew, raise or release); a key the Lease already has is never
+	// changed, and no label is ever removed.
+	LeaseLabels map[string]string
 
 	// Clock is the monotonic clock; nil means the real one.
 	Clock clock.WithTicker
@@ -86,10 +93,11 @@ const maxLeaseDuration = math.MaxInt32 * time.Second
 // Validate checks the settings (not the client) and returns every problem.
 // Each error's Field is the Config field's JSON-style path (leaseName,
 // leaseNamespace, identity, leaseDuration, renewDeadline, retryPeriod,
-// clockSkewMargin), so callers map it to their own names (flags, values)
+// clockSkewMargin, leaseLabels), so callers map it to their own names (flags, values)
 // without reading the text. Type is field.ErrorTypeRequired for an empty
 // string and field.ErrorTypeInvalid otherwise; BadValue is the string, or a
-// metav1.Duration for the durations (it prints as "10s", not nanoseconds).
+// metav1.Duration for the durations (it prints as "10s", not nanoseconds),
+// and "key=value" for a bad Lease label.
 func (c *Config) Validate() field.ErrorList {
 	var errs field.ErrorList
 	// Lease names are DNS-1123 subdomains, namespaces DNS-1123 labels, as
@@ -135,6 +143,20 @@ func (c *Config) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(rdPath, duration(c.RenewDeadline), "must be positive"))
 	} else if c.RetryPeriod > 0 && c.RenewDeadline-c.RetryPeriod <= c.RetryPeriod/5 {
 		errs = append(errs, field.Invalid(rdPath, duration(c.RenewDeadline), fmt.Sprintf("must be greater than %.1f x retry period %v", JitterFactor, c.RetryPeriod)))
+	}
+	labelsPath := field.NewPath("leaseLabels")
+	keys := make([]string, 0, len(c.LeaseLabels))
+	for k := range c.LeaseLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := c.LeaseLabels[k]
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(labelsPath, k+"="+v, "invalid label key: "+strings.Join(msgs, "; ")))
+		} else if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(labelsPath, k+"="+v, "invalid label value: "+strings.Join(msgs, "; ")))
+		}
 	}
 	skewPath := field.NewPath("clockSkewMargin")
 	if c.ClockSkewMargin < 0 {

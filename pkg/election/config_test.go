@@ -12,7 +12,7 @@ import (
 // configPaths is every field path Validate reports; TestConfigValidate
 // triggers each of them, and callers (the sidecar's flag mapping) rely on
 // this list being complete.
-var configPaths = []string{"leaseName", "leaseNamespace", "identity", "leaseDuration", "renewDeadline", "retryPeriod", "clockSkewMargin"}
+var configPaths = []string{"leaseName", "leaseNamespace", "identity", "leaseDuration", "renewDeadline", "retryPeriod", "clockSkewMargin", "leaseLabels"}
 
 // fieldErr is what a case asserts about one error: where and what kind.
 type fieldErr struct {
@@ -95,6 +95,21 @@ func TestConfigValidate(t *testing.T) {
 		{name: "margin equals lease duration minus retry period", mutate: func(c *Config) { c.ClockSkewMargin = 13 * time.Second }, want: []fieldErr{invalid("clockSkewMargin")}},
 		{name: "margin just under lease duration minus retry period", mutate: func(c *Config) { c.ClockSkewMargin = 13*time.Second - ns }},
 
+		// leaseLabels: qualified-name keys, label values.
+		{name: "labels of a release", mutate: func(c *Config) {
+			c.LeaseLabels = map[string]string{"app.kubernetes.io/name": "elector-sidecar", "app.kubernetes.io/instance": "billing", "empty": ""}
+		}},
+		{name: "label key with a space", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"my team": "a"} }, want: []fieldErr{invalid("leaseLabels")}},
+		{name: "label key with two slashes", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"a/b/c": "a"} }, want: []fieldErr{invalid("leaseLabels")}},
+		{name: "label key empty", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"": "a"} }, want: []fieldErr{invalid("leaseLabels")}},
+		{name: "label key name 63 characters", mutate: func(c *Config) { c.LeaseLabels = map[string]string{strings.Repeat("k", 63): "a"} }},
+		{name: "label key name 64 characters", mutate: func(c *Config) { c.LeaseLabels = map[string]string{strings.Repeat("k", 64): "a"} }, want: []fieldErr{invalid("leaseLabels")}},
+		{name: "label value 63 characters", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"k": strings.Repeat("v", 63)} }},
+		{name: "label value 64 characters", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"k": strings.Repeat("v", 64)} }, want: []fieldErr{invalid("leaseLabels")}},
+		{name: "label value with a slash", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"k": "team/billing"} }, want: []fieldErr{invalid("leaseLabels")}},
+		{name: "two bad labels, in key order", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"z": "-bad", "a": "bad-"} },
+			want: []fieldErr{invalid("leaseLabels"), invalid("leaseLabels")}},
+
 		{name: "several problems at once", mutate: func(c *Config) { c.Name, c.LeaseDuration, c.ClockSkewMargin = "x_y", 10*time.Second, -time.Second },
 			want: []fieldErr{invalid("leaseName"), invalid("leaseDuration"), invalid("clockSkewMargin")}},
 	}
@@ -135,7 +150,7 @@ func checkBadValue(t *testing.T, e *field.Error) {
 	case field.ErrorTypeRequired:
 	case field.ErrorTypeInvalid:
 		switch e.Field {
-		case "leaseName", "leaseNamespace", "identity":
+		case "leaseName", "leaseNamespace", "identity", "leaseLabels":
 			if _, ok := e.BadValue.(string); !ok {
 				t.Errorf("%s: BadValue %T, want string", e.Field, e.BadValue)
 			}

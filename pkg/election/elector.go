@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,7 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("invalid election config: client must be set")
 	}
+	cfg.LeaseLabels = maps.Clone(cfg.LeaseLabels) // the caller may change its map
 	e := &Elector{
 		cfg:      cfg,
 		clock:    cfg.Clock,

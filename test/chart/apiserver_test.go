@@ -417,6 +417,14 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	if sa.Holder != "pod-a" || sa.Lease != ns+"/"+lease {
 		t.Errorf("pod-a /leader = %+v, want holder pod-a of %s/%s", sa, ns, lease)
 	}
+	// The chart's Lease labels (ELECTOR_LEASE_LABELS): `kubectl get lease -l app.kubernetes.io/instance=<release>`
+	// finds the Lease the sidecar created.
+	selector := "app.kubernetes.io/instance=" + releaseName + ",app.kubernetes.io/name=elector-sidecar"
+	if leases, err := c.kube.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+		t.Fatal(err)
+	} else if len(leases.Items) != 1 || leases.Items[0].Name != lease {
+		t.Errorf("Leases in %s with %s: %d, want exactly %s", ns, selector, len(leases.Items), lease)
+	}
 	// From here on the guard is active (the Lease exists now; a dry-run DELETE proves the policy is loaded).
 	waitGuardActive(t, c, ns, lease)
 	b := startSidecar(t, bin, container, "pod-b", ns, kubeconfig)

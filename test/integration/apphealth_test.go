@@ -69,7 +69,8 @@ func (g *electionGroup) startWithApp(identity, url string) *framework.Candidate 
 	return c
 }
 
-// metric returns the value of an unlabelled metric on c's /metrics.
+// metric returns the value of a metric on c's /metrics whose only label is
+// the sidecar's lease="<namespace>/<name>".
 func metric(ctx context.Context, c *framework.Candidate, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.Spec.HTTPAddress+"/metrics", nil)
 	if err != nil {
@@ -84,9 +85,10 @@ func metric(ctx context.Context, c *framework.Candidate, name string) (float64, 
 	if err != nil {
 		return 0, err
 	}
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(b)
+	series := fmt.Sprintf("%s{lease=%q}", name, c.Spec.Namespace+"/"+c.Spec.LeaseName)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(b)
 	if m == nil {
-		return 0, fmt.Errorf("%s: no %s in /metrics", c, name)
+		return 0, fmt.Errorf("%s: no %s in /metrics", c, series)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
 }

@@ -35,6 +35,10 @@ func TestInvalidFlagsExit2(t *testing.T) {
 		{"bad log format", append(base, "--log-format=xml"), nil, []string{"--log-format"}},
 		{"bad http address", append(base[:3:3], "--http-address=nonsense"), nil, []string{"--http-address"}},
 		{"unknown flag", append(base, "--lease-durations=3s"), nil, []string{"lease-durations"}},
+		{"lease labels not key=value", append(base, "--lease-labels=billing"), nil, []string{"--lease-labels"}},
+		{"bad lease label key from env", base, []string{"ELECTOR_LEASE_LABELS=my team=billing"}, []string{"--lease-labels"}},
+		{"kube api qps zero", append(base, "--kube-api-qps=0"), nil, []string{"--kube-api-qps"}},
+		{"kube api burst zero from env", base, []string{"ELECTOR_KUBE_API_BURST=0"}, []string{"--kube-api-burst"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

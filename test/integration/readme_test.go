@@ -587,9 +587,21 @@ func buildGoSnippets(t *testing.T, root string, snippets []appSnippet) <-chan go
 
 // sameShape compares a line of the README's output with the real one: a
 // JSON object or array by keys, value types and booleans (not numbers or
-// strings: tokens, holders and times differ), anything else (a status code)
-// exactly.
+// strings: tokens, holders and times differ), a Prometheus sample by name,
+// label names and value (not label values: the Lease's namespace differs),
+// anything else (a status code) exactly.
 func sameShape(want, got string) error {
+	if w := promSample.FindStringSubmatch(want); w != nil {
+		g := promSample.FindStringSubmatch(got)
+		if g == nil {
+			return errors.New("not a Prometheus sample")
+		}
+		labelNames := func(labels string) string { return promLabelValue.ReplaceAllString(labels, `=""`) }
+		if w[1] != g[1] || labelNames(w[2]) != labelNames(g[2]) || w[3] != g[3] {
+			return errors.New("the samples differ in name, label names or value")
+		}
+		return nil
+	}
 	var w any
 	if t := strings.TrimSpace(want); !strings.HasPrefix(t, "{") && !strings.HasPrefix(t, "[") || json.Unmarshal([]byte(t), &w) != nil {
 		if strings.TrimSpace(want) != strings.TrimSpace(got) {
@@ -603,6 +615,12 @@ func sameShape(want, got string) error {
 	}
 	return jsonShape("", w, g)
 }
+
+// promSample is a line of the Prometheus text format: name, labels, value.
+var (
+	promSample     = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
+	promLabelValue = regexp.MustCompile(`="(?:[^"\\]|\\.)*"`)
+)
 
 func jsonShape(path string, want, got any) error {
 	typeName := func(v any) string {

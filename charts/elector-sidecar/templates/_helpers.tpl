@@ -43,6 +43,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (include "elector-sidecar.fullname" .) .Values.election.leaseName }}
 {{- end }}
 
+{{/*
+elector-sidecar.leaseLabels: the Lease's labels for --lease-labels, "key=value,..." sorted by key: the
+release's app.kubernetes.io/name and app.kubernetes.io/instance, then election.leaseLabels (which win).
+*/}}
+{{- define "elector-sidecar.leaseLabels" -}}
+{{- $labels := merge (deepCopy (default (dict) .Values.election.leaseLabels)) (include "elector-sidecar.selectorLabels" . | fromYaml) }}
+{{- $pairs := list }}
+{{- range $k := keys $labels | sortAlpha }}
+{{- $pairs = append $pairs (printf "%s=%s" $k (toString (index $labels $k))) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
 {{- define "elector-sidecar.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "elector-sidecar.fullname" .) .Values.serviceAccount.name }}
@@ -256,6 +269,12 @@ demo's health port (with the demo in this chart's workload), else the first of a
   value: {{ .Values.sidecar.logFormat | quote }}
 - name: ELECTOR_LOG_LEVEL
   value: {{ .Values.sidecar.logLevel | quote }}
+- name: ELECTOR_LEASE_LABELS
+  value: {{ include "elector-sidecar.leaseLabels" . | quote }}
+- name: ELECTOR_KUBE_API_QPS
+  value: {{ .Values.sidecar.kubeAPIQPS | toString | quote }}
+- name: ELECTOR_KUBE_API_BURST
+  value: {{ int64 .Values.sidecar.kubeAPIBurst | toString | quote }}
 {{- if .Values.appHealth.enabled }}
 - name: ELECTOR_APP_HEALTH_URL
   value: {{ printf "http://127.0.0.1:%s%s" (include "elector-sidecar.appHealthPort" .) .Values.appHealth.path | quote }}

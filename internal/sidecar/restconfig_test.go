@@ -1,0 +1,43 @@
+package sidecar
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestRestConfigTakesTheRateLimitFlags: --kube-api-qps and --kube-api-burst reach the client's
+// config (no hard-coded limit), and the defaults are 50 and 100.
+func TestRestConfigTakesTheRateLimitFlags(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := Parse([]string{"--lease-name=l", "--kubeconfig=" + kubeconfig}, testEnv(nil, "", "h"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := Parse([]string{"--lease-name=l", "--kubeconfig=" + kubeconfig, "--kube-api-qps=2.5", "--kube-api-burst=7"}, testEnv(nil, "", "h"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		c     *Config
+		qps   float32
+		burst int
+	}{{defaults, 50, 100}, {set, 2.5, 7}} {
+		cfg, err := RestConfig(tt.c.Kubeconfig, tt.c.KubeAPIQPS, tt.c.KubeAPIBurst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.QPS != tt.qps || cfg.Burst != tt.burst {
+			t.Errorf("RestConfig QPS %v burst %d, want %v and %d", cfg.QPS, cfg.Burst, tt.qps, tt.burst)
+		}
+	}
+}
