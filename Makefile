@@ -23,7 +23,7 @@ test: ## Run every test tier: verify, unit, integration (real apiserver), e2e (l
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (no apiserver).
-	hack/test.sh verify unit
+	hack/test.sh unit
 
 .PHONY: test-integration
 test-integration: ## Multi-process and chart tests against a real etcd + kube-apiserver.
