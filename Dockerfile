@@ -1,26 +1,27 @@
 # elector-sidecar image: static binaries on distroless/static (the sidecar, and the chart's demo apps
 # elector-demo and examples/go-worker), running as the nonroot user.
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) --build-arg REVISION=$(git rev-parse HEAD) -t elector-sidecar:dev .
-# Without Docker, `make image` (hack/image.sh) builds the same image as a tarball; keep the labels,
-# user and entrypoint of both in sync (hack/tools/mkimage's TestProjectImage checks).
+# The binaries get the ldflags of the Makefile's LDFLAGS (VERSION and REVISION stamped into pkg/version).
+# Without Docker, `make image` (hack/image.sh) builds the same image as a tarball; hack/tools/mkimage's
+# TestImageTarballMatchesDockerfile evaluates this file (COPY, USER, ENTRYPOINT, LABEL, ARG, the base's
+# passwd/group/CA bundle/tmp/workdir) and compares that tarball with it.
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS
 ARG TARGETARCH
 ARG VERSION=dev
+ARG REVISION=unknown
 WORKDIR /src
 # Dependencies first, so source edits keep the module download layer cached.
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN set -eux; \
-    for cmd in elector-sidecar elector-demo; do \
+    for pkg in ./cmd/elector-sidecar ./cmd/elector-demo ./examples/go-worker; do \
       CGO_ENABLED=0 GOOS="${TARGETOS:-linux}" GOARCH="${TARGETARCH}" go build -trimpath \
-        -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=${VERSION}" \
-        -o "/out/${cmd}" "./cmd/${cmd}"; \
-    done; \
-    CGO_ENABLED=0 GOOS="${TARGETOS:-linux}" GOARCH="${TARGETARCH}" go build -trimpath -ldflags "-s -w" \
-      -o /out/go-worker ./examples/go-worker
+        -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=${VERSION} -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=${REVISION}" \
+        -o "/out/${pkg##*/}" "${pkg}"; \
+    done
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=dev

@@ -45,7 +45,7 @@ build: ## Build bin/elector-sidecar, bin/elector-demo (static, as in the Dockerf
 
 .PHONY: image
 image: ## Build the image as a tarball without Docker: _output/elector-sidecar-image.tar (hack/image.sh).
-	VERSION=$(VERSION) hack/image.sh
+	VERSION=$(VERSION) REVISION=$(REVISION) hack/image.sh
 
 .PHONY: tools
 tools: ## Build kube-apiserver, kubectl, etcd and helm into the cache (hack/build-binaries.sh).

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Builds the elector-sidecar container image as a tarball WITHOUT a container engine:
-# the same static binaries, user, entrypoint and labels as the Dockerfile, on an empty base,
-# written by hack/tools/mkimage (go-containerregistry) in the `docker save` format.
+# the same static binaries, user, workdir, environment, entrypoint and labels as the Dockerfile, on an
+# empty base plus what the Dockerfile's base (distroless/static-debian12:nonroot) gives the sidecar:
+# /etc/passwd and /etc/group with nonroot 65532, /etc/nsswitch.conf, /tmp (1777), /home/nonroot (0700,
+# 65532) and the CA bundle /etc/ssl/certs/ca-certificates.crt, copied from this machine's Debian
+# ca-certificates package (hack/install-deps.sh image installs it if missing). Written by
+# hack/tools/mkimage (go-containerregistry) in the `docker save` format. hack/tools/mkimage's
+# TestImageTarballMatchesDockerfile builds it and compares it with what the Dockerfile promises.
 #
 # Load it with:  docker load -i OUT  |  ctr images import OUT  |  kind load image-archive OUT
 #
@@ -12,6 +17,8 @@
 #   IMAGE     image name (default: elector-sidecar); the tarball is tagged $IMAGE:$VERSION
 #   OUT       output tarball (default: _output/elector-sidecar-image.tar)
 #   GOARCH    target architecture (default: go env GOARCH)
+#   CA_CERTS  the CA bundle copied to /etc/ssl/certs/ca-certificates.crt
+#             (default: /etc/ssl/certs/ca-certificates.crt of the Debian ca-certificates package)
 #   IMAGE_BINARIES  space-separated "package:/path" pairs to build into the image
 #             (default: "./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo
 #             ./examples/go-worker:/go-worker"; the chart's demo.app runs /elector-demo or /go-worker)
@@ -34,7 +41,36 @@ GOARCH="${GOARCH:-$(go env GOARCH)}"
 IMAGE_BINARIES="${IMAGE_BINARIES:-./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo ./examples/go-worker:/go-worker}"
 
 bindir="_output/image/linux_${GOARCH}"
-mkdir -p "$bindir"
+etcdir="_output/image/etc"
+mkdir -p "$bindir" "$etcdir"
+
+if [[ -z "${CA_CERTS:-}" ]]; then
+  CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+  [[ -s "$CA_CERTS" ]] || hack/install-deps.sh image
+fi
+[[ -s "$CA_CERTS" ]] || die "CA bundle $CA_CERTS is missing or empty (set CA_CERTS to a PEM bundle)"
+
+# What distroless/static-debian12:nonroot has in /etc (hack/tools/dockerfile's Bases lists it too).
+printf '%s\n' \
+  'root:x:0:0:root:/root:/sbin/nologin' \
+  'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
+  'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$etcdir/passwd"
+printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'tty:x:5:' 'staff:x:50:' 'nonroot:x:65532:' >"$etcdir/group"
+printf '%s\n' \
+  'passwd:         compat' \
+  'group:          compat' \
+  'shadow:         compat' \
+  'gshadow:        files' \
+  '' \
+  'hosts:          files dns' \
+  'networks:       files' \
+  '' \
+  'protocols:      db files' \
+  'services:       db files' \
+  'ethers:         db files' \
+  'rpc:            db files' \
+  '' \
+  'netgroup:       nis' >"$etcdir/nsswitch.conf"
 
 # The tool lives in its own module (hack/tools) so go-containerregistry stays out of the root go.mod.
 log "building mkimage"
@@ -52,10 +88,20 @@ for pair in $IMAGE_BINARIES; do
   file_args+=(--file "$out:$dst:0755")
 done
 
-# Keep these labels in sync with the Dockerfile.
+# Keep these in sync with the Dockerfile (TestImageTarballMatchesDockerfile compares them).
 "$ELECTOR_ROOT/_output/tools/mkimage" \
   "${file_args[@]}" \
+  --file "$etcdir/passwd:/etc/passwd:0644" \
+  --file "$etcdir/group:/etc/group:0644" \
+  --file "$etcdir/nsswitch.conf:/etc/nsswitch.conf:0644" \
+  --file "$CA_CERTS:/etc/ssl/certs/ca-certificates.crt:0644" \
   --dir /tmp:1777 \
+  --dir /root:0700 \
+  --dir /home:0755 \
+  --dir /home/nonroot:0700:65532:65532 \
+  --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+  --workdir /home/nonroot \
   --entrypoint /elector-sidecar \
   --user 65532:65532 \
   --arch "$GOARCH" \

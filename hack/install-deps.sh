@@ -6,6 +6,7 @@
 #           python3-psycopg  /usr/bin/python3 -c 'import psycopg' (PostgreSQL from Python, for apps' examples)
 #           curl             curl (the shell example worker, examples/shell)
 #   lint  shellcheck (hack/verify.sh; golangci-lint comes from the Go module proxy, hack/golangci-lint.sh)
+#   image ca-certificates: /etc/ssl/certs/ca-certificates.crt, the CA bundle hack/image.sh puts in the image
 # One `apt-get update` and one `apt-get install` of the missing packages; nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 #
@@ -17,23 +18,26 @@ set -o errexit -o nounset -o pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-  echo "usage: hack/install-deps.sh [--check] [db|lint ...]" >&2
+  echo "usage: hack/install-deps.sh [--check] [db|lint|image ...]" >&2
   exit 2
 }
 check_only=false
 want_db=false
 want_lint=false
+want_image=false
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=true ;;
     db) want_db=true ;;
     lint) want_lint=true ;;
+    image) want_image=true ;;
     *) usage ;;
   esac
 done
-if ! $want_db && ! $want_lint; then
+if ! $want_db && ! $want_lint && ! $want_image; then
   want_db=true
   want_lint=true
+  want_image=true
 fi
 
 # pkg_installed PKG: dpkg says PKG is installed.
@@ -59,6 +63,7 @@ have_postgres() {
 have_redis() { command -v redis-server >/dev/null; }
 have_curl() { command -v curl >/dev/null; }
 have_shellcheck() { command -v shellcheck >/dev/null; }
+have_ca_certs() { [[ -s /etc/ssl/certs/ca-certificates.crt ]]; }
 
 # check_all ARRAY: appends to the named array every package of the wanted groups that is missing.
 check_all() {
@@ -71,6 +76,9 @@ check_all() {
   fi
   if $want_lint; then
     have_shellcheck || out+=(shellcheck)
+  fi
+  if $want_image; then
+    have_ca_certs || out+=(ca-certificates)
   fi
   return 0
 }
@@ -89,7 +97,7 @@ missing=()
 check_all missing
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  log "present:$($want_db && echo " postgresql redis-server python3-psycopg curl")$($want_lint && echo " shellcheck")"
+  log "present:$($want_db && echo " postgresql redis-server python3-psycopg curl")$($want_lint && echo " shellcheck")$($want_image && echo " ca-certificates")"
   exit 0
 fi
 if $check_only; then

@@ -29,8 +29,9 @@ type FileEntry struct {
 
 // DirEntry is an empty directory in the image.
 type DirEntry struct {
-	Path string
-	Mode os.FileMode // permission bits plus os.ModeSticky etc.
+	Path     string
+	Mode     os.FileMode // permission bits plus os.ModeSticky etc.
+	UID, GID int         // owner (0:0 unless given, like every file)
 }
 
 // Spec describes the image to build.
@@ -97,17 +98,29 @@ func parseFile(s string) (FileEntry, error) {
 	return e, nil
 }
 
-// parseDir parses path[:mode].
+// parseDir parses path[:mode[:uid:gid]].
 func parseDir(s string) (DirEntry, error) {
-	p, m, hasMode := strings.Cut(s, ":")
-	c, err := cleanImagePath(p)
+	parts := strings.Split(s, ":")
+	if len(parts) != 1 && len(parts) != 2 && len(parts) != 4 {
+		return DirEntry{}, fmt.Errorf("%q: want path[:mode[:uid:gid]]", s)
+	}
+	c, err := cleanImagePath(parts[0])
 	if err != nil {
 		return DirEntry{}, fmt.Errorf("%q: %v", s, err)
 	}
 	e := DirEntry{Path: c, Mode: 0755}
-	if hasMode {
-		if e.Mode, err = parseMode(m); err != nil {
+	if len(parts) >= 2 {
+		if e.Mode, err = parseMode(parts[1]); err != nil {
 			return DirEntry{}, fmt.Errorf("%q: %v", s, err)
+		}
+	}
+	if len(parts) == 4 {
+		for i, p := range []*int{&e.UID, &e.GID} {
+			n, err := strconv.ParseUint(parts[2+i], 10, 31)
+			if err != nil {
+				return DirEntry{}, fmt.Errorf("%q: owner %q: want numeric uid:gid", s, parts[2]+":"+parts[3])
+			}
+			*p = int(n)
 		}
 	}
 	return e, nil
@@ -128,7 +141,8 @@ func tarMode(m os.FileMode) int64 {
 }
 
 // layerTar returns the uncompressed layer: parent directories, the directories and the files,
-// owned by root, with the given modification time, in a deterministic order.
+// owned by root (directories: by their given owner), with the given modification time, in a
+// deterministic order.
 func layerTar(files []FileEntry, dirs []DirEntry, mtime time.Time) ([]byte, error) {
 	type entry struct {
 		hdr  tar.Header
@@ -147,7 +161,7 @@ func layerTar(files []FileEntry, dirs []DirEntry, mtime time.Time) ([]byte, erro
 			return nil, fmt.Errorf("%s: both a file and a directory", d.Path)
 		}
 		addParents(d.Path)
-		entries[d.Path] = &entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d.Path, "/") + "/", Mode: tarMode(d.Mode)}}
+		entries[d.Path] = &entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d.Path, "/") + "/", Mode: tarMode(d.Mode), Uid: d.UID, Gid: d.GID}}
 	}
 	for _, f := range files {
 		if _, ok := entries[f.Dst]; ok {
@@ -187,8 +201,12 @@ func layerTar(files []FileEntry, dirs []DirEntry, mtime time.Time) ([]byte, erro
 	tw := tar.NewWriter(&buf)
 	for _, n := range names {
 		e := entries[n]
-		e.hdr.Uid, e.hdr.Gid = 0, 0
-		e.hdr.Uname, e.hdr.Gname = "root", "root"
+		if e.hdr.Uid == 0 {
+			e.hdr.Uname = "root"
+		}
+		if e.hdr.Gid == 0 {
+			e.hdr.Gname = "root"
+		}
 		e.hdr.ModTime = mtime
 		e.hdr.Format = tar.FormatPAX
 		if err := tw.WriteHeader(&e.hdr); err != nil {

@@ -52,7 +52,7 @@ func run(args []string, stderr io.Writer) error {
 		created                                          string
 	)
 	fs.Var(&files, "file", "`src:dst[:mode]` add local file src at absolute path dst (mode octal, default: 0755 if src is executable, else 0644); repeatable")
-	fs.Var(&dirs, "dir", "`path[:mode]` add an empty directory (mode octal, default 0755; e.g. /tmp:1777); repeatable")
+	fs.Var(&dirs, "dir", "`path[:mode[:uid:gid]]` add an empty directory (mode octal, default 0755, owner default 0:0; e.g. /tmp:1777, /home/nonroot:0700:65532:65532); repeatable")
 	fs.Var(&entrypoint, "entrypoint", "entrypoint `argument`; repeat for more arguments")
 	fs.Var(&cmd, "cmd", "default command `argument` (after the entrypoint); repeatable")
 	fs.StringVar(&spec.User, "user", "", "user the container runs as, e.g. 65532:65532")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -235,6 +237,8 @@ func TestBadFlags(t *testing.T) {
 		{"missing src", []string{"--file", "/does/not/exist:/a", "--tag", "x:y", "--out", "o.tar"}, "no such file"},
 		{"bad tag", []string{"--file", "a:/a", "--tag", "UPPER:y", "--out", "o.tar"}, "--tag"},
 		{"bad created", []string{"--file", "a:/a", "--tag", "x:y", "--created", "yesterday", "--out", "o.tar"}, "--created"},
+		{"dir owner by name", []string{"--dir", "/home/nonroot:0700:nonroot:nonroot", "--tag", "x:y", "--out", "o.tar"}, "want numeric uid:gid"},
+		{"dir owner without gid", []string{"--dir", "/home/nonroot:0700:65532", "--tag", "x:y", "--out", "o.tar"}, "want path[:mode[:uid:gid]]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,73 +260,31 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
-// TestProjectImage runs hack/image.sh and checks the real image: the same user, entrypoint and labels
-// as the Dockerfile, and /elector-sidecar --version printing the version baked in with -ldflags.
-func TestProjectImage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the project binaries")
-	}
-	root, err := filepath.Abs("../../..")
+// TestDirOwner: --dir path:mode:uid:gid gives the directory that owner (a home the image's user can
+// write to); its parents and every file stay root's.
+func TestDirOwner(t *testing.T) {
+	d, err := parseDir("/home/nonroot:0700:65532:65532")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "image.tar")
-	cmd := exec.Command("bash", filepath.Join(root, "hack", "image.sh"))
-	cmd.Env = append(os.Environ(), "VERSION=v9.9.9-test", "REVISION=0123abc", "OUT="+out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("hack/image.sh: %v\n%s", err, b)
-	}
-	dockerfile, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	b, err := layerTar(nil, []DirEntry{d}, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := v1.Config{
-		User:       "65532:65532",
-		Entrypoint: []string{"/elector-sidecar"},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":    "elector-sidecar",
-			"org.opencontainers.image.source":   "https://github.com/elector-sidecar/elector-sidecar",
-			"org.opencontainers.image.version":  "v9.9.9-test",
-			"org.opencontainers.image.revision": "0123abc",
-		},
-	}
-	// The Dockerfile must declare the same user, entrypoint and label keys.
-	for _, s := range []string{"USER 65532:65532", `ENTRYPOINT ["/elector-sidecar"]`,
-		"org.opencontainers.image.title", "org.opencontainers.image.description", "org.opencontainers.image.source",
-		"org.opencontainers.image.version", "org.opencontainers.image.revision"} {
-		if !strings.Contains(string(dockerfile), s) {
-			t.Errorf("Dockerfile does not contain %q", s)
+	got := map[string]string{}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
 		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = fmt.Sprintf("%o %d:%d", h.Mode, h.Uid, h.Gid)
 	}
-	got := checkImage(t, out, "elector-sidecar:v9.9.9-test", want, "/elector-sidecar", "--version")
-	if !strings.Contains(got, "v9.9.9-test") {
-		t.Errorf("/elector-sidecar --version = %q, want it to contain v9.9.9-test", got)
-	}
-	img, err := tarball.ImageFromPath(out, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdrs, _ := imageFiles(t, img)
-	if h := hdrs["/elector-demo"]; h == nil || h.Mode&0o755 != 0o755 {
-		t.Errorf("/elector-demo missing or not executable: %+v", h)
-	}
-
-	// Where containerd is built, load it like `kind load image-archive` and run it with runc.
-	if why := containerdMissing(); why != "" {
-		t.Logf("not loading into containerd: %s", why)
-		return
-	}
-	c := startContainerd(t)
-	if got, err := c.ctr("images", "import", "--all-platforms", "--digests", out); err != nil {
-		t.Fatalf("ctr images import: %v\n%s", err, got)
-	}
-	got, err = c.ctr("run", "--rm", "docker.io/library/elector-sidecar:v9.9.9-test", "elector-version", "/elector-sidecar", "--version")
-	if err != nil || !strings.Contains(got, "v9.9.9-test") {
-		t.Errorf("ctr run elector-sidecar --version: %v\n%s", err, got)
-	}
-	// Without flags the entrypoint exits 2 naming the missing flag.
-	got, err = c.ctr("run", "--rm", "docker.io/library/elector-sidecar:v9.9.9-test", "elector-noflags")
-	if err == nil || !strings.Contains(got, "lease-name") {
-		t.Errorf("ctr run elector-sidecar (no flags): %v\n%s", err, got)
+	want := map[string]string{"home/": "755 0:0", "home/nonroot/": "700 65532:65532"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("layer = %v, want %v", got, want)
 	}
 }
