@@ -76,7 +76,7 @@ func Run(ctx context.Context, args []string, streams genericiooptions.IOStreams,
 	}
 	var re runError
 	if errors.As(err, &re) {
-		fmt.Fprintln(streams.ErrOut, formatError(re.error))
+		_, _ = fmt.Fprintln(streams.ErrOut, formatError(re.error))
 		return ExitError
 	}
 	// Everything else comes from parsing: an unknown flag or command, a bad

@@ -189,9 +189,9 @@ func Status(l *coordinationv1.Lease, now time.Time) LeaseStatus {
 func PrintTable(out io.Writer, items []LeaseStatus, allNamespaces bool) error {
 	w := printers.GetNewTabWriter(out)
 	if allNamespaces {
-		fmt.Fprint(w, "NAMESPACE\t")
+		_, _ = fmt.Fprint(w, "NAMESPACE\t")
 	}
-	fmt.Fprintln(w, "LEASE\tHOLDER\tTOKEN\tRENEWED\tDURATION\tEXPIRES IN")
+	_, _ = fmt.Fprintln(w, "LEASE\tHOLDER\tTOKEN\tRENEWED\tDURATION\tEXPIRES IN")
 	for _, s := range items {
 		if allNamespaces {
 			fmt.Fprintf(w, "%s\t", s.Namespace)

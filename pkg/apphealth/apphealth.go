@@ -191,7 +191,7 @@ func (p *Prober) Run(ctx context.Context) {
 	t := p.clock.NewTicker(p.cfg.Period)
 	defer t.Stop()
 	for {
-		p.Step(ctx)
+		_ = p.Step(ctx)
 		select {
 		case <-ctx.Done():
 			return

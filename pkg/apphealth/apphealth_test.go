@@ -45,12 +45,12 @@ func newScripted(t *testing.T) *scripted {
 			return
 		}
 		var code int
-		fmt.Sscan(a, &code)
+		_, _ = fmt.Sscan(a, &code)
 		if code >= 300 && code < 400 {
 			w.Header().Set("Location", "/elsewhere")
 		}
 		w.WriteHeader(code)
-		io.WriteString(w, a)
+		_, _ = io.WriteString(w, a)
 	}))
 	t.Cleanup(s.srv.Close)
 	return s
@@ -69,7 +69,7 @@ func refusedURL(t *testing.T) string {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
+	_ = ln.Close()
 	return "http://" + addr + "/healthz"
 }
 
@@ -277,10 +277,10 @@ func TestFailedOnChangeIsRetriedAfterNextProbe(t *testing.T) {
 	s := newScripted(t)
 	f := newFixture(t, s.srv.URL+"/healthz", 1, 1)
 	f.callErr = errors.New("election loop is not running")
-	f.step(t, s, "200")
-	f.step(t, s, "200")
+	_ = f.step(t, s, "200")
+	_ = f.step(t, s, "200")
 	f.callErr = nil
-	f.step(t, s, "200")
+	_ = f.step(t, s, "200")
 	f.step(t, s, "200")
 	if len(f.calls) != 3 {
 		t.Fatalf("OnChange calls %+v, want the healthy call three times (two failed)", f.calls)

@@ -312,7 +312,7 @@ func run(ctx context.Context, o options) (bool, error) {
 
 	ok := s.report()
 	if ok && !o.keepLogs && ctx.Err() == nil {
-		defer os.RemoveAll(logDir)
+		defer func() { _ = os.RemoveAll(logDir) }()
 	} else {
 		s.logf("process logs kept in %s", logDir)
 	}

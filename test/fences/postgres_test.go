@@ -199,7 +199,7 @@ func TestPostgresStaleWriterBlockedBehindANewerOneIsRejectedWhenItCommits(t *tes
 				t.Fatal(err)
 			}
 			newer, older := env.pgConn(t), env.pgConn(t)
-			var newerPid, olderPid uint32 = newer.PgConn().PID(), older.PgConn().PID()
+			newerPid, olderPid := newer.PgConn().PID(), older.PgConn().PID()
 			if _, err := newer.Exec(ctx, "BEGIN"); err != nil {
 				t.Fatal(err)
 			}
@@ -451,7 +451,7 @@ func TestPostgresSerializableFailuresAreRetriedOrReturnedAndCommitNothing(t *tes
 	// writeSkew runs two fenced transactions on two resources whose functions
 	// each read what the other inserts, both reads before either insert:
 	// SERIALIZABLE cannot commit both.
-	writeSkew := func(t *testing.T, fence *pgfence.Fence, tag string) (errA, errB error, calls int32) {
+	writeSkew := func(t *testing.T, fence *pgfence.Fence, tag string) (calls int32, errA, errB error) {
 		var barrier sync.WaitGroup
 		barrier.Add(2)
 		var n atomic.Int32
@@ -480,12 +480,12 @@ func TestPostgresSerializableFailuresAreRetriedOrReturnedAndCommitNothing(t *tes
 			errB = fence.Do(ctx, tag+"-b", fencing.Token{Value: 1}, "", fn(tag+"-b", tag+"-x", tag+"-y"))
 		}()
 		wg.Wait()
-		return errA, errB, n.Load()
+		return n.Load(), errA, errB
 	}
 
 	t.Run("write skew, no retry: the failure is returned", func(t *testing.T) {
 		fence := pgfence.New(env.pool, pgfence.WithIsolation(pgx.Serializable), pgfence.WithMaxAttempts(1))
-		errA, errB, _ := writeSkew(t, fence, "once")
+		_, errA, errB := writeSkew(t, fence, "once")
 		failed := map[string]error{"once-a": errA, "once-b": errB}
 		var loser string
 		for r, err := range failed {
@@ -510,7 +510,7 @@ func TestPostgresSerializableFailuresAreRetriedOrReturnedAndCommitNothing(t *tes
 
 	t.Run("write skew, retried: both commit", func(t *testing.T) {
 		fence := pgfence.New(env.pool, pgfence.WithIsolation(pgx.Serializable))
-		errA, errB, calls := writeSkew(t, fence, "retry")
+		calls, errA, errB := writeSkew(t, fence, "retry")
 		if errA != nil || errB != nil {
 			t.Fatalf("a: %v, b: %v", errA, errB)
 		}

@@ -205,7 +205,7 @@ func FreePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 

@@ -288,7 +288,7 @@ func (cp *ControlPlane) APIServerUp() bool {
 func (cp *ControlPlane) Stop() error {
 	err := cp.Env.Stop()
 	if cp.logFile != nil {
-		cp.logFile.Close()
+		_ = cp.logFile.Close()
 	}
 	if cp.ownDir {
 		_ = os.RemoveAll(cp.Dir)

@@ -73,7 +73,7 @@ func StartProcess(spec ProcessSpec) (*Process, error) {
 	cmd.Stderr = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: spec.NewProcessGroup}
 	if err := cmd.Start(); err != nil {
-		lf.Close()
+		_ = lf.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", spec.Name, spec.Path, err)
 	}
 	p := &Process{Spec: spec, LogPath: logPath, cmd: cmd, logFile: lf, done: make(chan struct{}), started: time.Now()}

@@ -195,8 +195,8 @@ func (p *TCPProxy) handle(client net.Conn) {
 // pump copies src to dst while the proxy is open; while it is blackholed it
 // neither reads nor writes. When either side ends, both are closed.
 func (p *TCPProxy) pump(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
+	defer func() { _ = dst.Close() }()
+	defer func() { _ = src.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		if !p.waitOpen() {

@@ -46,7 +46,7 @@ func newTestApp(t *testing.T, healthy bool) *testApp {
 			http.Error(w, "app is failing", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ok")
+		_, _ = io.WriteString(w, "ok")
 	}))
 	t.Cleanup(a.srv.Close)
 	return a

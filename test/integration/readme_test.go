@@ -566,7 +566,7 @@ func buildGoSnippets(t *testing.T, root string, snippets []appSnippet) <-chan go
 	})
 	go func() {
 		defer close(done)
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		res := goBuild{path: filepath.Join(binDir, "readme-snippets"), source: src}
 		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 			res.err = err

@@ -303,7 +303,7 @@ func (c *Client) WriteToken(ctx context.Context, tok fencing.Token, value []byte
 	if err != nil {
 		return fmt.Errorf("fenced write with token %d: %w", token, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var body writeResponse
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	_ = json.Unmarshal(raw, &body)
@@ -338,7 +338,7 @@ func (c *Client) ReadToken(ctx context.Context) (fencing.Token, []byte, error) {
 	if err != nil {
 		return fencing.Token{}, nil, fmt.Errorf("fenced read: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		return fencing.Token{}, nil, fmt.Errorf("fenced read: status %d: %s", resp.StatusCode, b)

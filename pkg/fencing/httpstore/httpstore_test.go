@@ -100,7 +100,7 @@ func TestServerErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode != tt.want {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tt.want)
 			}

@@ -344,12 +344,7 @@ func (s *Server) userName(name string) string {
 func (s *Server) sockDir() string { return filepath.Join(filepath.Dir(s.dataDir), "run") }
 
 func (s *Server) command(ctx context.Context, path string, args []string) *exec.Cmd {
-	var cmd *exec.Cmd
-	if ctx != nil {
-		cmd = exec.CommandContext(ctx, path, args...)
-	} else {
-		cmd = exec.Command(path, args...)
-	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Dir = filepath.Dir(s.dataDir)
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "LANG=C")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: s.cred}
@@ -370,20 +365,21 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.Kind, err)
 	}
-	cmd := s.command(nil, path, args)
+	// The server outlives any one call: only Stop ends it.
+	cmd := s.command(context.Background(), path, args)
 	var out io.Writer = lf
 	if s.output != nil {
 		out = io.MultiWriter(lf, s.output)
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		lf.Close()
+		_ = lf.Close()
 		return fmt.Errorf("start %s (%s): %w", s.Kind, path, err)
 	}
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		lf.Close()
+		_ = lf.Close()
 		close(done)
 	}()
 	s.mu.Lock()
@@ -433,7 +429,7 @@ func (s *Server) ping(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		defer conn.Close(context.Background())
+		defer func() { _ = conn.Close(context.Background()) }()
 		var one int
 		return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 	case KindRedis:
@@ -443,9 +439,9 @@ func (s *Server) ping(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		nc.Close()
+		_ = nc.Close()
 		c := goredis.NewClient(&goredis.Options{Addr: s.Addr, MaxRetries: -1})
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		return c.Ping(ctx).Err()
 	}
 	return fmt.Errorf("unknown kind %q", s.Kind)
@@ -627,6 +623,6 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -89,7 +89,7 @@ func TestServersAnswerAndKeepDataAcrossRestart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close(ctx)
+			defer func() { _ = conn.Close(ctx) }()
 			if len(dst) == 0 {
 				_, err = conn.Exec(ctx, sql)
 			} else {
@@ -143,7 +143,7 @@ func TestServersAnswerAndKeepDataAcrossRestart(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		s := Redis(t)
 		c := goredis.NewClient(&goredis.Options{Addr: s.Addr})
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		if err := c.Set(ctx, "kept", "before restart", 0).Err(); err != nil {
 			t.Fatal(err)
 		}

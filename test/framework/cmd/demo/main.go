@@ -331,7 +331,7 @@ func (d *demo) run(ctx context.Context, keepLogs bool) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(d.out, indent(out))
+	_, _ = fmt.Fprint(d.out, indent(out))
 	h, v, err := httpstore.NewClient(d.storeURL, "demo").Read(ctx)
 	if err != nil {
 		return err

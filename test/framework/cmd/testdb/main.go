@@ -58,7 +58,7 @@ func parseArgs(args []string) (dbserver.Kind, dbserver.Options, []string, error)
 func run(args []string, stdout, stderr io.Writer) int {
 	kind, opts, command, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "testdb: %v\n%s\n", err, usage)
+		_, _ = fmt.Fprintf(stderr, "testdb: %v\n%s\n", err, usage)
 		return 2
 	}
 	// Ctrl-C and SIGTERM cancel ctx: the start stops, CMD gets SIGTERM, the server is torn down.
@@ -66,16 +66,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	srv, err := dbserver.Start(ctx, kind, opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "testdb: %v\n", err)
+		_, _ = fmt.Fprintf(stderr, "testdb: %v\n", err)
 		return 1
 	}
 	defer func() {
 		if err := srv.Stop(); err != nil {
-			fmt.Fprintf(stderr, "testdb: %v\n", err)
+			_, _ = fmt.Fprintf(stderr, "testdb: %v\n", err)
 		}
 	}()
 	env := dbserver.EnvVar(kind)
-	fmt.Fprintln(stdout, srv.URL)
+	_, _ = fmt.Fprintln(stdout, srv.URL)
 	if len(command) == 0 {
 		fmt.Fprintf(stderr, "testdb: %s ready at %s (data: %s, log: %s); Ctrl-C stops it\n  export %s='%s'\n", kind, srv.URL, srv.Dir, srv.LogPath, env, srv.URL)
 		<-ctx.Done()
