@@ -39,7 +39,7 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		srv := &http.Server{Addr: arg, ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			fmt.Fprintf(w, "hello from %s\n", host)
+			_, _ = fmt.Fprintf(w, "hello from %s\n", host)
 		})}
 		go func() {
 			<-ctx.Done()
@@ -93,7 +93,7 @@ func get(url string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
 }
@@ -124,7 +124,7 @@ func kube(path string) (string, string, error) {
 	if err != nil {
 		return "", "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return resp.Status, "", err

@@ -142,7 +142,7 @@ func TestDockerignore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	patterns, err := ignorefile.ReadAll(f)
 	if err != nil {
 		t.Fatal(err)

@@ -300,9 +300,9 @@ func Build(spec Spec) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if err := tarball.MultiRefWrite(refs, tmp); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return fmt.Errorf("writing %s: %w", spec.Out, err)
 	}
 	if err := tmp.Close(); err != nil {

@@ -73,7 +73,7 @@ func startContainerd(t *testing.T) *containerd {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		log.Close()
+		_ = log.Close()
 		// Snapshots may still be mounted if a container did not clean up.
 		_ = exec.Command("umount", "-R", filepath.Join(dir, "root")).Run()
 		if t.Failed() {

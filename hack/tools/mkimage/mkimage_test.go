@@ -37,7 +37,7 @@ func buildStatic(t *testing.T, dir, pkg, out string, ldflags string) {
 func imageFiles(t *testing.T, img v1.Image) (map[string]*tar.Header, map[string][]byte) {
 	t.Helper()
 	rc := mutate.Extract(img)
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	hdrs, data := map[string]*tar.Header{}, map[string][]byte{}
 	tr := tar.NewReader(rc)
 	for {
@@ -72,7 +72,7 @@ func readManifestJSON(t *testing.T, path string) dockerManifest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	names := map[string]bool{}
 	var m dockerManifest
 	tr := tar.NewReader(f)
