@@ -36,11 +36,17 @@ type Config struct {
 	RetryPeriod     time.Duration
 	ClockSkewMargin time.Duration
 	HTTPAddress     string
-	MetricsAddress  string
-	Kubeconfig      string
-	LogFormat       string
-	LogLevel        string
-	ShowVersion     bool
+	// HTTPEndpoint is the diagnostics listener (--http-endpoint): only
+	// /healthz, /readyz and /metrics, for the kubelet's probes and
+	// Prometheus on the pod IP; off while empty.
+	HTTPEndpoint string
+	// MetricsAddress is --metrics-address as given: the deprecated alias of
+	// --http-endpoint. DiagnosticsAddress resolves the two.
+	MetricsAddress string
+	Kubeconfig     string
+	LogFormat      string
+	LogLevel       string
+	ShowVersion    bool
 
 	// App health (--app-health-*): off while AppHealthURL is empty.
 	AppHealthURL              string
@@ -102,6 +108,7 @@ var Flags = []flagSpec{
 	{"retry-period", "ELECTOR_RETRY_PERIOD"},
 	{"clock-skew-margin", "ELECTOR_CLOCK_SKEW_MARGIN"},
 	{"http-address", "ELECTOR_HTTP_ADDRESS"},
+	{"http-endpoint", "ELECTOR_HTTP_ENDPOINT"},
 	{"metrics-address", "ELECTOR_METRICS_ADDRESS"},
 	{"kubeconfig", "ELECTOR_KUBECONFIG"},
 	{"log-format", "ELECTOR_LOG_FORMAT"},
@@ -131,7 +138,8 @@ func newFlagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.RetryPeriod, "retry-period", election.DefaultRetryPeriod, "renew interval of the leader and back-off after failed requests")
 	fs.DurationVar(&c.ClockSkewMargin, "clock-skew-margin", election.DefaultClockSkewMargin, "the token stops this long before other candidates could take over")
 	fs.StringVar(&c.HTTPAddress, "http-address", "127.0.0.1:4040", "address of the local API (/leader, /token, /release, /healthz, /readyz, /metrics)")
-	fs.StringVar(&c.MetricsAddress, "metrics-address", "", "optional second address that serves only /metrics (e.g. :9090)")
+	fs.StringVar(&c.HTTPEndpoint, "http-endpoint", "", "optional diagnostics address that serves only /healthz, /readyz and /metrics, for httpGet probes and Prometheus on the pod IP (e.g. :9090)")
+	fs.StringVar(&c.MetricsAddress, "metrics-address", "", "deprecated alias of --http-endpoint")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster config)")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -233,11 +241,8 @@ func (c *Config) Validate() error {
 	if err := checkAddress("--http-address", c.HTTPAddress, false); err != nil {
 		return err
 	}
-	if err := checkAddress("--metrics-address", c.MetricsAddress, true); err != nil {
+	if err := c.validateHTTPEndpoint(); err != nil {
 		return err
-	}
-	if c.MetricsAddress != "" && c.MetricsAddress == c.HTTPAddress {
-		return fmt.Errorf("--metrics-address %q: must differ from --http-address", c.MetricsAddress)
 	}
 	if err := c.validateAppHealth(); err != nil {
 		return err
@@ -349,6 +354,47 @@ func checkAddress(flagName, addr string, optional bool) error {
 		return fmt.Errorf("%s %q: invalid port", flagName, addr)
 	}
 	return nil
+}
+
+// DiagnosticsAddress is the address of the diagnostics listener:
+// --http-endpoint, else its deprecated alias --metrics-address; "" for none.
+func (c *Config) DiagnosticsAddress() string {
+	if c.HTTPEndpoint != "" {
+		return c.HTTPEndpoint
+	}
+	return c.MetricsAddress
+}
+
+// validateHTTPEndpoint checks --http-endpoint and its deprecated alias
+// --metrics-address: at most one address between them, host:port, and not
+// the local API's address. Errors name the flag the address came from.
+func (c *Config) validateHTTPEndpoint() error {
+	if c.HTTPEndpoint != "" && c.MetricsAddress != "" && c.HTTPEndpoint != c.MetricsAddress {
+		return fmt.Errorf("--http-endpoint %q and --metrics-address %q: --metrics-address is a deprecated alias of --http-endpoint; set only --http-endpoint", c.HTTPEndpoint, c.MetricsAddress)
+	}
+	name := "--http-endpoint"
+	if c.HTTPEndpoint == "" && c.MetricsAddress != "" {
+		name = "--metrics-address"
+	}
+	addr := c.DiagnosticsAddress()
+	if err := checkAddress(name, addr, true); err != nil {
+		return err
+	}
+	if addr != "" && addr == c.HTTPAddress {
+		return fmt.Errorf("%s %q: must differ from --http-address (the diagnostics endpoint serves only /healthz, /readyz and /metrics; the local API keeps its own address)", name, addr)
+	}
+	return nil
+}
+
+// Deprecations returns a warning for every deprecated flag (or variable)
+// the configuration uses; Run logs them.
+func (c *Config) Deprecations() []string {
+	var out []string
+	if c.MetricsAddress != "" {
+		out = append(out, "--metrics-address (ELECTOR_METRICS_ADDRESS) is deprecated: use --http-endpoint (ELECTOR_HTTP_ENDPOINT), "+
+			"which serves /healthz and /readyz for httpGet probes besides /metrics")
+	}
+	return out
 }
 
 // validateAppHealth checks the --app-health-* flags (also when the URL is

@@ -71,7 +71,7 @@ func TestParse(t *testing.T) {
 		{name: "env vars for every flag", env: map[string]string{
 			"ELECTOR_LEASE_NAME": "l", "ELECTOR_LEASE_NAMESPACE": "ns", "ELECTOR_IDENTITY": "me",
 			"ELECTOR_LEASE_DURATION": "3s", "ELECTOR_RENEW_DEADLINE": "2s", "ELECTOR_RETRY_PERIOD": "500ms",
-			"ELECTOR_CLOCK_SKEW_MARGIN": "100ms", "ELECTOR_HTTP_ADDRESS": "127.0.0.1:5050", "ELECTOR_METRICS_ADDRESS": ":9090",
+			"ELECTOR_CLOCK_SKEW_MARGIN": "100ms", "ELECTOR_HTTP_ADDRESS": "127.0.0.1:5050", "ELECTOR_HTTP_ENDPOINT": ":9090", "ELECTOR_METRICS_ADDRESS": ":9090",
 			"ELECTOR_KUBECONFIG": "/k", "ELECTOR_LOG_FORMAT": "json", "ELECTOR_LOG_LEVEL": "debug", "POD_NAME": "ignored",
 			"ELECTOR_APP_HEALTH_URL": "http://localhost:8080/healthz", "ELECTOR_APP_HEALTH_PERIOD": "5s", "ELECTOR_APP_HEALTH_TIMEOUT": "3s",
 			"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "2", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD": "4",
@@ -80,7 +80,7 @@ func TestParse(t *testing.T) {
 			check: func(t *testing.T, c *Config) {
 				want := Config{LeaseName: "l", LeaseNamespace: "ns", Identity: "me", LeaseDuration: 3 * time.Second,
 					RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 100 * time.Millisecond,
-					HTTPAddress: "127.0.0.1:5050", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
+					HTTPAddress: "127.0.0.1:5050", HTTPEndpoint: ":9090", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
 					AppHealthURL: "http://localhost:8080/healthz", AppHealthPeriod: 5 * time.Second, AppHealthTimeout: 3 * time.Second,
 					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader",
 					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7}
@@ -119,7 +119,37 @@ func TestParse(t *testing.T) {
 		{name: "bad http address", args: []string{"--lease-name=l", "--http-address=4040"}, host: "h", wantErr: `--http-address "4040": want host:port`},
 		{name: "bad http port", args: []string{"--lease-name=l", "--http-address=127.0.0.1:99999"}, host: "h", wantErr: `--http-address "127.0.0.1:99999": invalid port`},
 		{name: "hostname in address", args: []string{"--lease-name=l", "--http-address=example.com:80"}, host: "h", wantErr: "host must be an IP address"},
-		{name: "same metrics address", args: []string{"--lease-name=l", "--metrics-address=127.0.0.1:4040"}, host: "h", wantErr: "must differ from --http-address"},
+		{name: "same metrics address", args: []string{"--lease-name=l", "--metrics-address=127.0.0.1:4040"}, host: "h", wantErr: `--metrics-address "127.0.0.1:4040": must differ from --http-address`},
+		{name: "http endpoint on the local API's address", args: []string{"--lease-name=l", "--http-address=127.0.0.1:5050", "--http-endpoint=127.0.0.1:5050"}, host: "h",
+			wantErr: `--http-endpoint "127.0.0.1:5050": must differ from --http-address`},
+		{name: "http endpoint not host:port", args: []string{"--lease-name=l", "--http-endpoint=9090"}, host: "h", wantErr: `--http-endpoint "9090": want host:port`},
+		{name: "http endpoint with a host name", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_HTTP_ENDPOINT": "pod.local:9090"}, host: "h", wantErr: `--http-endpoint "pod.local:9090": host must be an IP address`},
+		{name: "metrics address not host:port", args: []string{"--lease-name=l", "--metrics-address=:x:"}, host: "h", wantErr: `--metrics-address ":x:": want host:port`},
+		{name: "http endpoint and its alias differ", args: []string{"--lease-name=l", "--http-endpoint=:9090", "--metrics-address=:9091"}, host: "h",
+			wantErr: `--http-endpoint ":9090" and --metrics-address ":9091": --metrics-address is a deprecated alias of --http-endpoint; set only --http-endpoint`, exact: true},
+		{name: "http endpoint flag and alias env differ", args: []string{"--lease-name=l", "--http-endpoint=:9090"}, env: map[string]string{"ELECTOR_METRICS_ADDRESS": ":9090 "}, host: "h",
+			wantErr: `--metrics-address is a deprecated alias of --http-endpoint`},
+		{name: "http endpoint", args: []string{"--lease-name=l", "--http-endpoint=:9090"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.HTTPEndpoint != ":9090" || c.DiagnosticsAddress() != ":9090" || len(c.Deprecations()) != 0 {
+				t.Fatalf("endpoint %q, diagnostics %q, deprecations %q", c.HTTPEndpoint, c.DiagnosticsAddress(), c.Deprecations())
+			}
+		}},
+		{name: "no http endpoint by default", args: []string{"--lease-name=l"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.DiagnosticsAddress() != "" || len(c.Deprecations()) != 0 {
+				t.Fatalf("diagnostics %q, deprecations %q", c.DiagnosticsAddress(), c.Deprecations())
+			}
+		}},
+		{name: "metrics address is the deprecated alias", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_METRICS_ADDRESS": "0.0.0.0:9091"}, host: "h", check: func(t *testing.T, c *Config) {
+			d := c.Deprecations()
+			if c.DiagnosticsAddress() != "0.0.0.0:9091" || len(d) != 1 || !strings.Contains(d[0], "--metrics-address (ELECTOR_METRICS_ADDRESS) is deprecated: use --http-endpoint (ELECTOR_HTTP_ENDPOINT)") {
+				t.Fatalf("diagnostics %q, deprecations %q", c.DiagnosticsAddress(), d)
+			}
+		}},
+		{name: "http endpoint and its alias alike", args: []string{"--lease-name=l", "--http-endpoint=:9090", "--metrics-address=:9090"}, host: "h", check: func(t *testing.T, c *Config) {
+			if c.DiagnosticsAddress() != ":9090" || len(c.Deprecations()) != 1 {
+				t.Fatalf("diagnostics %q, deprecations %q", c.DiagnosticsAddress(), c.Deprecations())
+			}
+		}},
 		{name: "app health on ipv4 loopback", args: []string{"--lease-name=l", "--app-health-url=http://127.0.0.1:8080/healthz?full=1"}, host: "h", check: func(t *testing.T, c *Config) {
 			if c.AppHealthURL != "http://127.0.0.1:8080/healthz?full=1" {
 				t.Fatalf("app health URL %q", c.AppHealthURL)

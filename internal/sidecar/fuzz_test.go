@@ -25,6 +25,8 @@ func FuzzParse(f *testing.F) {
 		{"--lease-name=billing\x00--lease-namespace=team\x00--identity=pod-0", "", "", ""},
 		{"", "ELECTOR_LEASE_NAME=l\x00ELECTOR_LEASE_DURATION=3s\x00ELECTOR_RENEW_DEADLINE=2s\x00ELECTOR_RETRY_PERIOD=500ms\x00ELECTOR_CLOCK_SKEW_MARGIN=100ms", "h", "ns"},
 		{"--lease-name=l\x00--http-address=0.0.0.0:4040\x00--metrics-address=:9090", "", "h", ""},
+		{"--lease-name=l\x00--http-endpoint=:9090", "ELECTOR_METRICS_ADDRESS=:9091", "h", ""},
+		{"--lease-name=l\x00--http-endpoint=127.0.0.1:4040", "", "h", ""},
 		{"--lease-name=l\x00--http-address=[::1]:4040", "POD_NAME=p\x00POD_NAMESPACE=n", "", ""},
 		{"--lease-name=l\x00--app-health-url=http://localhost:8080/healthz\x00--app-health-timeout=500ms", "", "h", ""},
 		{"--lease-name=l\x00--leader-label=example.com/leader", "", "h", ""},
@@ -100,8 +102,9 @@ func checkValid(t *testing.T, c *Config) {
 	if c.ClockSkewMargin < 0 || c.ClockSkewMargin >= c.LeaseDuration-c.RetryPeriod {
 		t.Fatalf("clock skew margin %v with lease %v and retry %v", c.ClockSkewMargin, c.LeaseDuration, c.RetryPeriod)
 	}
-	for _, a := range []string{c.HTTPAddress, c.MetricsAddress} {
-		if a == "" && a == c.MetricsAddress {
+	diag := c.DiagnosticsAddress()
+	for _, a := range []string{c.HTTPAddress, diag} {
+		if a == "" && a == diag {
 			continue
 		}
 		host, _, err := net.SplitHostPort(a)
@@ -109,8 +112,11 @@ func checkValid(t *testing.T, c *Config) {
 			t.Fatalf("address %q is not host:port with an IP or localhost", a)
 		}
 	}
-	if c.MetricsAddress == c.HTTPAddress {
-		t.Fatalf("metrics and local API on one address %q", c.HTTPAddress)
+	if diag == c.HTTPAddress {
+		t.Fatalf("diagnostics endpoint and local API on one address %q", c.HTTPAddress)
+	}
+	if c.HTTPEndpoint != "" && c.MetricsAddress != "" && c.HTTPEndpoint != c.MetricsAddress {
+		t.Fatalf("--http-endpoint %q and its alias --metrics-address %q differ", c.HTTPEndpoint, c.MetricsAddress)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		t.Fatalf("log format %q", c.LogFormat)

@@ -130,9 +130,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if prober != nil {
 		apiOpts = append(apiOpts, localapi.WithAppHealth(prober.Healthy))
 	}
-	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, localapi.NewHandler(el, metrics, apiOpts...))}
-	if c.MetricsAddress != "" {
-		servers = append(servers, localapi.NewServer(c.MetricsAddress, localapi.MetricsOnly(metrics)))
+	api := localapi.NewHandler(el, metrics, apiOpts...)
+	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, api)}
+	if addr := c.DiagnosticsAddress(); addr != "" {
+		// --http-endpoint: /healthz, /readyz and /metrics only, for probes and scrapers on the pod IP.
+		servers = append(servers, localapi.NewServer(addr, api.Diagnostics()))
 	}
 	listeners := make([]net.Listener, 0, len(servers))
 	for _, s := range servers {
@@ -160,6 +162,9 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		}()
 	}
 	warnIfExposed(log, c.HTTPAddress)
+	for _, d := range c.Deprecations() {
+		log.Warn(d)
+	}
 	log.Info("starting", "version", version.Version, "lease", ec.LeaseKey(), "identity", c.Identity,
 		"httpAddress", listeners[0].Addr().String(), "leaseDuration", c.LeaseDuration,
 		"renewDeadline", c.RenewDeadline, "retryPeriod", c.RetryPeriod, "appHealthURL", c.AppHealthURL, "leaderLabel", c.LeaderLabel)

@@ -174,6 +174,24 @@ func MetricsOnly(metrics http.Handler) http.Handler {
 	return &Handler{routes: map[string]route{"/metrics": {http.MethodGet, metrics.ServeHTTP}}}
 }
 
+// DiagnosticsPaths are the endpoints Diagnostics serves.
+var DiagnosticsPaths = []string{"/healthz", "/readyz", "/metrics"}
+
+// Diagnostics serves h's /healthz, /readyz and /metrics (the same handlers,
+// so the same answers) and nothing else, for a listener on the pod IP: the
+// kubelet's httpGet probes and Prometheus reach it, while /token, /release,
+// /leader and /watch stay on the loopback API (404 here, with the same JSON
+// error as an unknown path there).
+func (h *Handler) Diagnostics() http.Handler {
+	d := &Handler{routes: map[string]route{}}
+	for _, p := range DiagnosticsPaths {
+		if rt, ok := h.routes[p]; ok {
+			d.routes[p] = rt
+		}
+	}
+	return d
+}
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok := h.routes[r.URL.Path]

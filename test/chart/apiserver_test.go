@@ -57,7 +57,13 @@ func startCluster(t *testing.T) *cluster {
 		}
 		t.Skipf("%v (ELECTOR_REQUIRE_APISERVER=1 or CI=true make this a failure)", err)
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: bin}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: bin,
+		// prometheus-operator's ServiceMonitor, PodMonitor and PrometheusRule (testdata/crds/README.md), so the
+		// chart's monitoring objects are validated against their real schemas.
+		CRDDirectoryPaths:     []string{filepath.Join("testdata", "crds")},
+		ErrorIfCRDPathMissing: true,
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting kube-apiserver from %s: %v", bin, err)
@@ -162,6 +168,10 @@ func TestAPIServer(t *testing.T) {
 
 	t.Run("lease guard lets namespace deletion through", func(t *testing.T) {
 		testGuardNamespaceDeletion(t, c)
+	})
+
+	t.Run("monitoring, PDB and NetworkPolicy objects against the real schemas", func(t *testing.T) {
+		testMonitoringDryRun(t, c)
 	})
 }
 
@@ -279,9 +289,11 @@ func freeAddr(t *testing.T) string {
 type sidecarProc struct {
 	name string
 	addr string
-	cmd  *exec.Cmd
-	out  *framework.SyncBuffer
-	done chan error
+	// endpoint is the diagnostics listener (ELECTOR_HTTP_ENDPOINT), "" if none.
+	endpoint string
+	cmd      *exec.Cmd
+	out      *framework.SyncBuffer
+	done     chan error
 }
 
 // startContainer runs bin with the environment the chart gives container (the Downward API values
@@ -314,7 +326,8 @@ func startContainer(t *testing.T, bin string, container corev1.Container, pod, n
 	}
 	cmd := exec.Command(bin, container.Args...)
 	cmd.Env = env
-	p := &sidecarProc{name: pod + "/" + container.Name, addr: overrides["ELECTOR_HTTP_ADDRESS"], cmd: cmd, out: &framework.SyncBuffer{}, done: make(chan error, 1)}
+	p := &sidecarProc{name: pod + "/" + container.Name, addr: overrides["ELECTOR_HTTP_ADDRESS"], endpoint: overrides["ELECTOR_HTTP_ENDPOINT"],
+		cmd: cmd, out: &framework.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -340,9 +353,9 @@ func startContainer(t *testing.T, bin string, container corev1.Container, pod, n
 func startSidecar(t *testing.T, bin string, container corev1.Container, pod, ns, kubeconfig string) *sidecarProc {
 	t.Helper()
 	return startContainer(t, bin, container, pod, ns, map[string]string{
-		"ELECTOR_HTTP_ADDRESS":    freeAddr(t), // the processes share this host's loopback
-		"ELECTOR_METRICS_ADDRESS": freeAddr(t),
-		"ELECTOR_KUBECONFIG":      kubeconfig,
+		"ELECTOR_HTTP_ADDRESS":  freeAddr(t), // the processes share this host's loopback
+		"ELECTOR_HTTP_ENDPOINT": freeAddr(t), // the chart's diagnostics listener, on a free port
+		"ELECTOR_KUBECONFIG":    kubeconfig,
 	})
 }
 
@@ -404,7 +417,7 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	bin := buildSidecar(t)
 	r := installChart(t, c, ns, []string{
 		"election.leaseDuration=3s", "election.renewDeadline=2s", "election.retryPeriod=500ms", "election.clockSkewMargin=200ms",
-		"sidecar.logFormat=text", "sidecar.logLevel=debug",
+		"sidecar.logFormat=text", "sidecar.logLevel=debug", "leaseGuard.enabled=true",
 	})
 	pod, _ := podSpec(t, r, "Deployment")
 	container := pod.Spec.InitContainers[0]
@@ -429,9 +442,38 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 	waitGuardActive(t, c, ns, lease)
 	b := startSidecar(t, bin, container, "pod-b", ns, kubeconfig)
 	sb := b.waitLeader(t, false)
-	// The chart's exec probes pass against a running sidecar (the image's /elector-sidecar is this
-	// binary), retried as the kubelet would (readiness may trail /leader by a moment).
+	// The chart's httpGet probes (the default) pass against a running sidecar's diagnostics listener, the
+	// container port they name, retried as the kubelet would (readiness may trail /leader by a moment).
 	for _, p := range []*corev1.Probe{container.StartupProbe, container.LivenessProbe, container.ReadinessProbe} {
+		if p.HTTPGet == nil || p.HTTPGet.Port.String() != "metrics" || !slices.ContainsFunc(container.Ports, func(cp corev1.ContainerPort) bool {
+			return cp.Name == "metrics" && envMap(&container)["ELECTOR_HTTP_ENDPOINT"] == fmt.Sprintf(":%d", cp.ContainerPort)
+		}) {
+			t.Fatalf("probe %+v: want httpGet on the container port metrics, the one ELECTOR_HTTP_ENDPOINT listens on", p)
+		}
+		url := "http://" + b.endpoint + p.HTTPGet.Path // the pod IP's port metrics: here each process has its own port
+		err := framework.Eventually(ctx, waitInterval, 30*time.Second, "httpGet probe "+p.HTTPGet.Path+" to pass", func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode < 200 || resp.StatusCode >= 400 { // the kubelet's rule
+				return fmt.Errorf("GET %s: %s", url, resp.Status)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The exec probes of sidecar.probes.mode=exec pass too (the image's /elector-sidecar is this binary).
+	execPod, _ := podSpec(t, mustRender(t, renderOpts{Set: []string{"sidecar.probes.mode=exec"}}), "Deployment")
+	execContainer := execPod.Spec.InitContainers[0]
+	for _, p := range []*corev1.Probe{execContainer.StartupProbe, execContainer.LivenessProbe, execContainer.ReadinessProbe} {
 		argv := append([]string(nil), p.Exec.Command...)
 		argv[0] = bin
 		for i, a := range argv {
@@ -649,7 +691,7 @@ func testGuardNamespaceDeletion(t *testing.T, c *cluster) {
 		if collection {
 			ns = "elector-nsdel-collection"
 		}
-		r := installChart(t, c, ns, nil)
+		r := installChart(t, c, ns, []string{"leaseGuard.enabled=true"})
 		pod, _ := podSpec(t, r, "Deployment")
 		lease := envMap(&pod.Spec.InitContainers[0])["ELECTOR_LEASE_NAME"]
 		leases := c.kube.CoordinationV1().Leases(ns)

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // podSpec returns the pod template of the rendered Deployment or StatefulSet.
@@ -144,6 +145,8 @@ func TestRender(t *testing.T) {
 		"exec:/elector-sidecar probe --http-address=127.0.0.1:4040 /healthz",
 		"exec:/elector-sidecar probe --http-address=127.0.0.1:4040 /readyz",
 	}
+	// The default: the kubelet GETs the diagnostics port (container port "metrics").
+	httpGetProbes := [3]string{"http:/readyz@metrics", "http:/healthz@metrics", "http:/readyz@metrics"}
 	tests := []struct {
 		name       string
 		files      []string
@@ -170,17 +173,18 @@ func TestRender(t *testing.T) {
 				"POD_NAME": "fieldRef:metadata.name", "POD_NAMESPACE": "fieldRef:metadata.namespace", "POD_UID": "fieldRef:metadata.uid",
 				"ELECTOR_LEASE_NAME": fullname, "ELECTOR_LEASE_NAMESPACE": "fieldRef:metadata.namespace",
 				"ELECTOR_LEASE_DURATION": "15s", "ELECTOR_RENEW_DEADLINE": "10s", "ELECTOR_RETRY_PERIOD": "2s", "ELECTOR_CLOCK_SKEW_MARGIN": "500ms",
-				"ELECTOR_HTTP_ADDRESS": "127.0.0.1:4040", "ELECTOR_METRICS_ADDRESS": ":9090",
+				"ELECTOR_HTTP_ADDRESS": "127.0.0.1:4040", "ELECTOR_HTTP_ENDPOINT": ":9090", "ELECTOR_METRICS_ADDRESS": "",
 				"ELECTOR_LOG_FORMAT": "json", "ELECTOR_LOG_LEVEL": "info",
 			},
 			wantAppEnv: map[string]string{
 				"ELECTOR_DEMO_SIDECAR": "http://127.0.0.1:4040", "ELECTOR_DEMO_STORE": "configmap:" + releaseNamespace + "/" + fullname + "-demo-store",
 				"ELECTOR_DEMO_INTERVAL": "500ms", "POD_NAME": "fieldRef:metadata.name", "ELECTOR_URL": "http://127.0.0.1:4040",
 			},
-			probes:    execProbes,
+			probes:    httpGetProbes,
 			rules:     sorted(baseRules, leaseRules(fullname), demoStoreRules),
-			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ConfigMap"},
-			noKinds:   []string{"Service", "ClusterRole", "ClusterRoleBinding"},
+			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Service"}, // Service: metrics
+			// Nothing cluster-scoped by default: a user with namespace rights only can install it.
+			noKinds: []string{"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 		},
 		{
 			name: "StatefulSet with its own lease and timings", files: []string{"statefulset.yaml"}, kind: "StatefulSet", replicas: 2, native: true,
@@ -189,16 +193,17 @@ func TestRender(t *testing.T) {
 				"ELECTOR_LEASE_NAME": "my-lease", "ELECTOR_LEASE_DURATION": "20s", "ELECTOR_RENEW_DEADLINE": "15s",
 				"ELECTOR_RETRY_PERIOD": "3s", "ELECTOR_CLOCK_SKEW_MARGIN": "1s",
 			},
-			probes:    execProbes,
+			probes:    httpGetProbes,
 			rules:     sorted(baseRules, leaseRules("my-lease"), demoStoreRules),
-			wantKinds: []string{"Service", "ValidatingAdmissionPolicy"},
+			wantKinds: []string{"Service"},
+			noKinds:   []string{"ValidatingAdmissionPolicy"},
 		},
 		{
-			name: "plain container, http probes, no metrics", files: []string{"plain-container.yaml"}, kind: "Deployment", replicas: 3, native: false,
+			name: "plain container, exec probes, no metrics", files: []string{"plain-container.yaml"}, kind: "Deployment", replicas: 3, native: false,
 			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0",
 			lease: fullname, sa: fullname,
-			wantEnv: map[string]string{"ELECTOR_HTTP_ADDRESS": "0.0.0.0:4040", "ELECTOR_METRICS_ADDRESS": "", "ELECTOR_LOG_FORMAT": "text", "ELECTOR_LOG_LEVEL": "debug"},
-			probes:  [3]string{"http:/readyz@http", "http:/healthz@http", "http:/readyz@http"},
+			wantEnv: map[string]string{"ELECTOR_HTTP_ADDRESS": "127.0.0.1:4040", "ELECTOR_HTTP_ENDPOINT": "", "ELECTOR_LOG_FORMAT": "text", "ELECTOR_LOG_LEVEL": "debug"},
+			probes:  execProbes,
 			rules:   sorted(baseRules, leaseRules(fullname), demoStoreRules),
 		},
 		{
@@ -211,15 +216,21 @@ func TestRender(t *testing.T) {
 			noKinds:    []string{"ConfigMap"}, // no demo store
 		},
 		{
-			name: "dependency mode: RBAC and guard only", files: []string{"dependency-mode.yaml"}, lease: "my-app", sa: "my-app",
+			name: "dependency mode: RBAC only", files: []string{"dependency-mode.yaml"}, lease: "my-app", sa: "my-app",
 			rules:     sorted(baseRules, leaseRules("my-app")),
+			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding"},
+			noKinds:   []string{"Deployment", "StatefulSet", "Service", "ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
+		},
+		{
+			name: "dependency mode with both guards (a cluster admin's install)", files: []string{"dependency-mode.yaml", "guards.yaml"}, lease: "my-app", sa: "my-app",
+			rules:     sorted(baseRules, leaseRules("my-app"), podLabelRules),
 			wantKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
-			noKinds:   []string{"Deployment", "StatefulSet", "Service", "ConfigMap"},
+			noKinds:   []string{"Deployment", "StatefulSet", "ConfigMap"},
 		},
 		{
 			name: "bring your own ServiceAccount and RBAC, nothing cluster-scoped", files: []string{"minimal-permissions.yaml"}, kind: "Deployment", replicas: 3, native: true,
 			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0",
-			lease: fullname, sa: "existing-sa", probes: execProbes,
+			lease: fullname, sa: "existing-sa", probes: httpGetProbes,
 			noKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 		},
 	}
@@ -260,7 +271,7 @@ func TestRender(t *testing.T) {
 					t.Errorf("RoleBinding = %+v %+v, want Role %s to ServiceAccount %s/%s", rb.RoleRef, rb.Subjects, role.Name, releaseNamespace, tt.sa)
 				}
 			}
-			if r.has("ValidatingAdmissionPolicy") {
+			if leaseGuard(r) != nil {
 				checkGuard(t, r, tt.lease)
 			}
 			if tt.kind == "" {
@@ -345,14 +356,28 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// leaseGuard returns the rendered lease guard policy (the chart's or config/lease-guard's), nil if there is none.
+func leaseGuard(r rendered) *unstructured.Unstructured {
+	for _, o := range r.Objects {
+		if o.GetKind() == "ValidatingAdmissionPolicy" && (strings.HasSuffix(o.GetName(), ".lease-guard.elector-sidecar") || o.GetName() == "elector-sidecar.lease-guard") {
+			return o
+		}
+	}
+	return nil
+}
+
 // checkGuard asserts the lease guard: namespace-scoped binding, the Lease picked by name, DELETE and
 // transitions-decrease rules, namespace deletion allowed.
 func checkGuard(t *testing.T, r rendered, lease string) {
 	t.Helper()
 	var p admissionv1.ValidatingAdmissionPolicy
 	var b admissionv1.ValidatingAdmissionPolicyBinding
-	toTyped(t, r.get(t, "ValidatingAdmissionPolicy", ""), &p)
-	toTyped(t, r.get(t, "ValidatingAdmissionPolicyBinding", ""), &b)
+	u := leaseGuard(r)
+	if u == nil {
+		t.Fatalf("no lease guard rendered: %v", r.kinds())
+	}
+	toTyped(t, u, &p)
+	toTyped(t, r.get(t, "ValidatingAdmissionPolicyBinding", p.Name), &b)
 	if b.Spec.PolicyName != p.Name || !reflect.DeepEqual(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
 		t.Errorf("binding = %+v, want Deny for policy %s", b.Spec, p.Name)
 	}

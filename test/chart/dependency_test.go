@@ -41,11 +41,16 @@ func TestDependency(t *testing.T) {
 	if app := findContainer(pod.Spec.Containers, "my-app"); app == nil || envMap(app)["ELECTOR_URL"] != "http://127.0.0.1:4040" {
 		t.Errorf("my-app container = %+v", app)
 	}
-	// The subchart renders RBAC for the lease and the guard, and no workload of its own.
-	if r.has("StatefulSet") || len(r.kinds()) != 6 {
-		t.Errorf("objects = %v, want my-app's Deployment + ServiceAccount, Role, RoleBinding, policy, binding", r.kinds())
+	// The subchart renders RBAC for the lease, and no workload of its own; nothing cluster-scoped by default.
+	if r.has("StatefulSet") || len(r.kinds()) != 4 {
+		t.Errorf("objects = %v, want my-app's Deployment + ServiceAccount, Role, RoleBinding", r.kinds())
 	}
-	checkGuard(t, r, "my-app")
+	// With the lease guard (a cluster admin's install), also the policy and its binding.
+	guarded := mustRender(t, renderOpts{Chart: parent, Set: []string{"elector-sidecar.leaseGuard.enabled=true"}})
+	if len(guarded.kinds()) != 6 {
+		t.Errorf("objects with the lease guard = %v, want my-app's Deployment + ServiceAccount, Role, RoleBinding, policy, binding", guarded.kinds())
+	}
+	checkGuard(t, guarded, "my-app")
 	if !strings.Contains(r.Manifest, `resourceNames: ["my-app"]`) {
 		t.Errorf("Role does not name the lease my-app")
 	}

@@ -96,8 +96,9 @@ func TestKustomizeMatchesChart(t *testing.T) {
 		dir, namespace, kind string
 		set                  []string
 	}{
-		{"samples/demo", "elector-demo", "Deployment", nil},
-		{"samples/statefulset", "elector-demo-sts", "StatefulSet", []string{"workload.kind=StatefulSet"}},
+		// The samples include config/lease-guard (they create a Namespace: a cluster admin's install).
+		{"samples/demo", "elector-demo", "Deployment", []string{"leaseGuard.enabled=true"}},
+		{"samples/statefulset", "elector-demo-sts", "StatefulSet", []string{"workload.kind=StatefulSet", "leaseGuard.enabled=true"}},
 	} {
 		t.Run(tt.dir, func(t *testing.T) {
 			k := kustomize(t, tt.dir)

@@ -169,7 +169,9 @@ func TestLeaderLabelBadValues(t *testing.T) {
 // testLeaderLabelWithChartRBAC: sidecars configured as the chart renders them with leaderLabel and
 // leaderService, authenticated as the chart's ServiceAccount, label the leader's Pod object and move the
 // label on a SIGTERM handoff; the new leader removes a former leader's stale label; the rendered Service
-// selects exactly the leader's pod. The Role is all they need, and it reaches no other namespace.
+// selects exactly the leader's pod. The Role is all they need, and it reaches no other namespace; they work
+// under the leader label guard (on by default with the label), which stops the ServiceAccount from changing
+// anything else on a pod.
 func testLeaderLabelWithChartRBAC(t *testing.T, c *cluster) {
 	ctx := context.Background()
 	const ns = "elector-leaderlabel"
@@ -200,8 +202,9 @@ func testLeaderLabelWithChartRBAC(t *testing.T, c *cluster) {
 			t.Fatal(err)
 		}
 	}
+	// The leader Service (the release also has its metrics Service).
 	var svc corev1.Service
-	toTyped(t, r.get(t, "Service", ""), &svc)
+	toTyped(t, r.get(t, "Service", releaseName+"-elector-sidecar-leader"), &svc)
 	selected := func(ctx context.Context) ([]string, error) {
 		pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
 		if err != nil {
@@ -231,6 +234,14 @@ func testLeaderLabelWithChartRBAC(t *testing.T, c *cluster) {
 		}
 	}
 
+	saCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saKube := kubernetes.NewForConfigOrDie(saCfg)
+	// From here on the leader label guard is in force (a dry-run patch of another label proves it is loaded).
+	waitLeaderLabelGuardActive(t, saKube, ns, "pod-a")
+
 	a := startSidecar(t, bin, container, "pod-a", ns, kubeconfig)
 	a.waitLeader(t, true)
 	waitSelected("pod-a") // pod-old's label removed by the new leader
@@ -259,17 +270,15 @@ func testLeaderLabelWithChartRBAC(t *testing.T, c *cluster) {
 	b.stop(t)
 	waitSelected()
 
-	// Least privilege: the pods permission stays in the release namespace.
-	saCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	saKube := kubernetes.NewForConfigOrDie(saCfg)
+	// Least privilege: the pods permission stays in the release namespace, and the guard limits it to the label.
 	if _, err := saKube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("ServiceAccount LIST of pods in default: %v, want Forbidden", err)
 	}
-	if _, err := saKube.CoreV1().Pods(ns).Patch(ctx, "pod-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-		t.Errorf("ServiceAccount dry-run PATCH of a pod in %s: %v, want allowed", ns, err)
+	if _, err := saKube.CoreV1().Pods(ns).Patch(ctx, "pod-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"`+leaderKey+`":"true"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("ServiceAccount dry-run PATCH of the leader label of a pod in %s: %v, want allowed", ns, err)
+	}
+	if _, err := saKube.CoreV1().Pods(ns).Patch(ctx, "pod-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "leader label guard") {
+		t.Errorf("ServiceAccount dry-run PATCH of another label of a pod in %s: %v, want Forbidden by the leader label guard", ns, err)
 	}
 	if err := saKube.CoreV1().Pods(ns).Delete(ctx, "pod-a", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
 		t.Errorf("ServiceAccount DELETE of a pod: %v, want Forbidden", err)

@@ -105,6 +105,10 @@ func TestLeaderServiceRoutesToTheLeaderOnly(t *testing.T) {
 	r.install()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The sidecars label pods under the leader label guard (on by default with the label).
+	if _, err := suite.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, leaderLabelGuardName(r.ns), metav1.GetOptions{}); err != nil {
+		t.Fatalf("leader label guard %s: %v", leaderLabelGuardName(r.ns), err)
+	}
 	leader, _ := r.mustLeader(t)
 	start := time.Now()
 	r.waitSliceIs(r.podIP(ctx, leader), time.Minute)

@@ -79,6 +79,8 @@ sidecar:
   logLevel: %s
 demo:
   interval: 500ms
+leaseGuard:
+  enabled: true
 `, suite.imageRepo, suite.imageTag, suite.pullPolicy, leaseDuration, renewDeadline, retryPeriod, clockSkewMargin, replicas,
 		envOr("ELECTOR_E2E_LOG_LEVEL", "info"))
 	if err := os.WriteFile(r.values, []byte(values), 0o644); err != nil {
@@ -124,10 +126,11 @@ func (r *release) uninstall(quiet bool) {
 func (r *release) deleteNamespace() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// The lease guard policy is cluster-scoped: never leave one behind, even if helm could not uninstall.
-	guard := guardName(r.ns)
-	_ = suite.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, guard, metav1.DeleteOptions{})
-	_ = suite.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, guard, metav1.DeleteOptions{})
+	// The guard policies are cluster-scoped: never leave one behind, even if helm could not uninstall.
+	for _, guard := range []string{guardName(r.ns), leaderLabelGuardName(r.ns)} {
+		_ = suite.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, guard, metav1.DeleteOptions{})
+		_ = suite.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, guard, metav1.DeleteOptions{})
+	}
 	start := time.Now()
 	err := suite.cs.CoreV1().Namespaces().Delete(ctx, r.ns, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
@@ -168,6 +171,11 @@ func (r *release) deleteNamespace() {
 
 func guardName(ns string) string {
 	return fmt.Sprintf("%s.%s.lease-guard.elector-sidecar", fullname, ns)
+}
+
+// leaderLabelGuardName: the leader label guard (with leaderLabel.enabled; leaderLabel.guard.enabled is on by default).
+func leaderLabelGuardName(ns string) string {
+	return fmt.Sprintf("%s.%s.leader-label-guard.elector-sidecar", fullname, ns)
 }
 
 // helm runs the helm CLI with its own config/cache dirs and a timeout.

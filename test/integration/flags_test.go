@@ -39,6 +39,10 @@ func TestInvalidFlagsExit2(t *testing.T) {
 		{"bad lease label key from env", base, []string{"ELECTOR_LEASE_LABELS=my team=billing"}, []string{"--lease-labels"}},
 		{"kube api qps zero", append(base, "--kube-api-qps=0"), nil, []string{"--kube-api-qps"}},
 		{"kube api burst zero from env", base, []string{"ELECTOR_KUBE_API_BURST=0"}, []string{"--kube-api-burst"}},
+		{"http endpoint and its deprecated alias differ", append(base, "--http-endpoint=127.0.0.1:0"), []string{"ELECTOR_METRICS_ADDRESS=127.0.0.1:1"},
+			[]string{"--metrics-address is a deprecated alias of --http-endpoint"}},
+		{"http endpoint on the local API's address", append(base[:3:3], "--http-address=127.0.0.1:4041", "--http-endpoint=127.0.0.1:4041"), nil,
+			[]string{`--http-endpoint "127.0.0.1:4041": must differ from --http-address`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,7 +84,7 @@ func TestUnreachableAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hole.Close()
+	defer func() { _ = hole.Close() }()
 	go func() {
 		for {
 			c, err := hole.Accept()

@@ -36,6 +36,9 @@ helm.sh/chart: {{ include "elector-sidecar.chart" . }}
 {{ include "elector-sidecar.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* The Lease the sidecars compete for (and the Role and the guard are limited to). */}}
@@ -184,11 +187,18 @@ release renders exactly when its sidecars start; test/chart/validation_test.go r
 {{- if and .Values.demo.enabled (eq .Values.demo.app "go-worker") (not .Values.demo.postgresURL) }}
 {{- fail "demo.postgresURL is required with demo.app=go-worker: the PostgreSQL URL it writes to, e.g. postgres://user@host:5432/db (a password from a Secret: PGPASSWORD in app.env)" }}
 {{- end }}
-{{- if not (has .Values.sidecar.probes.mode (list "exec" "http" "none")) }}
-{{- fail (printf "sidecar.probes.mode %q: must be exec, http or none" .Values.sidecar.probes.mode) }}
+{{- $probeMode := toString .Values.sidecar.probes.mode }}
+{{- if eq $probeMode "http" }}
+{{- fail "sidecar.probes.mode=http was removed: it bound the local API (/token, POST /release) to 0.0.0.0, so any pod could read the token and release the Lease. Use sidecar.probes.mode=httpGet (the default: the kubelet probes /readyz and /healthz on the diagnostics port, metrics.port, which serves nothing else), or exec" }}
+{{- end }}
+{{- if not (has $probeMode (list "httpGet" "exec" "none")) }}
+{{- fail (printf "sidecar.probes.mode %q: must be httpGet, exec or none" $probeMode) }}
+{{- end }}
+{{- if and (eq $probeMode "httpGet") (not .Values.metrics.enabled) }}
+{{- fail "sidecar.probes.mode=httpGet probes the diagnostics port (metrics.port), which metrics.enabled=false turns off: set metrics.enabled=true, or sidecar.probes.mode=exec (or none)" }}
 {{- end }}
 {{- if and .Values.metrics.enabled (eq (int .Values.metrics.port) (int .Values.sidecar.httpPort)) }}
-{{- fail (printf "metrics.port and sidecar.httpPort are both %d: the metrics listener needs its own port" (int .Values.metrics.port)) }}
+{{- fail (printf "metrics.port and sidecar.httpPort are both %d: the diagnostics listener needs its own port" (int .Values.metrics.port)) }}
 {{- end }}
 {{- if .Values.appHealth.enabled }}
 {{- $h := .Values.appHealth }}
@@ -260,9 +270,9 @@ demo's health port (with the demo in this chart's workload), else the first of a
 - name: ELECTOR_CLOCK_SKEW_MARGIN
   value: {{ .Values.election.clockSkewMargin | quote }}
 - name: ELECTOR_HTTP_ADDRESS
-  value: {{ printf "%s:%d" (ternary "0.0.0.0" "127.0.0.1" (eq .Values.sidecar.probes.mode "http")) (int .Values.sidecar.httpPort) | quote }}
+  value: {{ printf "127.0.0.1:%d" (int .Values.sidecar.httpPort) | quote }}
 {{- if .Values.metrics.enabled }}
-- name: ELECTOR_METRICS_ADDRESS
+- name: ELECTOR_HTTP_ENDPOINT
   value: {{ printf ":%d" (int .Values.metrics.port) | quote }}
 {{- end }}
 - name: ELECTOR_LOG_FORMAT
@@ -301,10 +311,10 @@ demo's health port (with the demo in this chart's workload), else the first of a
 {{- $ctx := index . 0 }}
 {{- $path := index . 1 }}
 {{- $t := index . 2 }}
-{{- if eq $ctx.Values.sidecar.probes.mode "http" }}
+{{- if eq $ctx.Values.sidecar.probes.mode "httpGet" }}
 httpGet:
   path: {{ $path }}
-  port: http
+  port: metrics
 {{- else }}
 exec:
   command:
@@ -348,6 +358,8 @@ elector-sidecar.containerSpec: the sidecar container (a list item), without rest
   readinessProbe:
     {{- include "elector-sidecar.probe" (list . "/readyz" .Values.sidecar.probes.readiness) | trim | nindent 4 }}
   {{- end }}
+  volumeMounts:
+    {{- include "elector-sidecar.tokenVolumeMount" . | nindent 4 }}
   {{- with .Values.sidecar.resources }}
   resources:
     {{- toYaml . | nindent 4 }}
@@ -359,7 +371,53 @@ elector-sidecar.containerSpec: the sidecar container (a list item), without rest
 {{- end }}
 
 {{/*
+elector-sidecar.tokenVolume: the pod volume with the ServiceAccount token, a list item for `volumes:`.
+The standard kube-api-access-* layout (a projected token, kube-root-ca.crt's ca.crt and the namespace),
+mounted by the sidecar only (elector-sidecar.tokenVolumeMount): the pod sets
+automountServiceAccountToken: false, so the app containers get no token. Every pod that includes
+elector-sidecar.container or elector-sidecar.initContainer needs this volume.
+  automountServiceAccountToken: false
+  volumes:
+    {{- include "elector-sidecar.tokenVolume" (index .Subcharts "elector-sidecar") | nindent 4 }}
+*/}}
+{{- define "elector-sidecar.tokenVolume" -}}
+- name: {{ include "elector-sidecar.tokenVolumeName" . }}
+  projected:
+    defaultMode: 420
+    sources:
+      - serviceAccountToken:
+          expirationSeconds: 3607
+          path: token
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end }}
+
+{{- define "elector-sidecar.tokenVolumeName" -}}
+kube-api-access-elector
+{{- end }}
+
+{{/*
+elector-sidecar.tokenVolumeMount: the token volume where client-go's in-cluster config looks for it, a list
+item for a container's `volumeMounts:` (the sidecar's own, and the demo app's with its ConfigMap store).
+*/}}
+{{- define "elector-sidecar.tokenVolumeMount" -}}
+- name: {{ include "elector-sidecar.tokenVolumeName" . }}
+  mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+  readOnly: true
+{{- end }}
+
+{{/*
 elector-sidecar.container: the sidecar as a plain container, a list item for `containers:`.
+It mounts the pod volume of elector-sidecar.tokenVolume.
   containers:
     {{- include "elector-sidecar.container" (index .Subcharts "elector-sidecar") | nindent 4 }}
 */}}
@@ -370,6 +428,7 @@ elector-sidecar.container: the sidecar as a plain container, a list item for `co
 {{/*
 elector-sidecar.initContainer: the sidecar as a native sidecar (restartPolicy: Always), a list item
 for `initContainers:` (Kubernetes >= 1.29). It starts before, and stops after, the app containers.
+It mounts the pod volume of elector-sidecar.tokenVolume.
   initContainers:
     {{- include "elector-sidecar.initContainer" (index .Subcharts "elector-sidecar") | nindent 4 }}
 */}}
@@ -503,6 +562,89 @@ spec:
       reason: Forbidden
     - expression: "request.operation != 'UPDATE' || !has(oldObject.spec.leaseTransitions) || (has(object.spec.leaseTransitions) && object.spec.leaseTransitions >= oldObject.spec.leaseTransitions)"
       messageExpression: {{ printf "'lease ' + request.namespace + '/%s is guarded by elector-sidecar: spec.leaseTransitions (the fencing token) must not decrease (from ' + string(oldObject.spec.leaseTransitions) + ' to ' + (has(object.spec.leaseTransitions) ? string(object.spec.leaseTransitions) : 'unset') + ')'" $lease | quote }}
+      reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+spec:
+  policyName: {{ $name }}
+  validationActions: ["Deny"]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {{ .Release.Namespace }}
+{{- end }}
+
+{{/*
+elector-sidecar.leaderLabelGuard: ValidatingAdmissionPolicy + binding that fence the pods permission of the
+leader label (leaderLabel.enabled): RBAC grants the sidecar's ServiceAccount patch on every pod of the
+namespace and cannot limit it to one label, so this policy lets that ServiceAccount (matched by user name)
+UPDATE only this release's pods (old labels carry the release's selector labels) and change nothing on them
+but the label leaderLabel.key, set to "true" or removed. Every other field the ServiceAccount could change
+with a patch is compared with the old object: the other labels, annotations, finalizers, owner references,
+generateName and the whole spec (the status is not written by a pod update; resourceVersion, generation and
+managedFields change on every write and are not compared). RBAC gives the ServiceAccount no create or delete
+of pods and no pod subresources, so only UPDATE is matched.
+*/}}
+{{- define "elector-sidecar.leaderLabelGuard" -}}
+{{- include "elector-sidecar.validate" . -}}
+{{- if semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "leaderLabel.guard.enabled=true needs Kubernetes >= 1.30 (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy), this cluster is %s: set leaderLabel.guard.enabled=false" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- $name := printf "%s.%s.leader-label-guard.elector-sidecar" (include "elector-sidecar.fullname" .) .Release.Namespace }}
+{{- $sa := printf "%s:%s" .Release.Namespace (include "elector-sidecar.serviceAccountName" .) }}
+{{- $key := .Values.leaderLabel.key }}
+{{- $selector := include "elector-sidecar.selectorLabels" . | fromYaml }}
+{{- $isRelease := list }}
+{{- $selectorText := list }}
+{{- range $k := keys $selector | sortAlpha }}
+{{- $isRelease = append $isRelease (printf "'%s' in variables.oldLabels && variables.oldLabels['%s'] == '%s'" $k $k (index $selector $k)) }}
+{{- $selectorText = append $selectorText (printf "%s=%s" $k (index $selector $k)) }}
+{{- end }}
+{{- $same := list }}
+{{- range $f := list "annotations" "finalizers" "ownerReferences" "generateName" }}
+{{- $same = append $same (printf "has(object.metadata.%s) == has(oldObject.metadata.%s) && (!has(object.metadata.%s) || object.metadata.%s == oldObject.metadata.%s)" $f $f $f $f $f) }}
+{{- end }}
+{{- $prefix := printf "elector-sidecar leader label guard (ValidatingAdmissionPolicy %s): ServiceAccount %s may change only the label %s, only on the pods of release %s; pod ' + request.namespace + '/' + request.name + '" $name (replace ":" "/" $sa) $key .Release.Name }}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: {{ $name }}
+  labels:
+    {{- include "elector-sidecar.labels" . | nindent 4 }}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+      - apiGroups: [""]
+        apiVersions: ["*"]
+        resources: ["pods"]
+        operations: ["UPDATE"]
+  matchConditions:
+    - name: sidecar-service-account
+      expression: {{ printf "request.userInfo.username == 'system:serviceaccount:%s'" $sa | quote }}
+  variables:
+    - name: oldLabels
+      expression: "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
+    - name: newLabels
+      expression: "has(object.metadata.labels) ? object.metadata.labels : {}"
+  validations:
+    - expression: {{ join " && " $isRelease | quote }}
+      messageExpression: {{ printf "'%s is not one of them (it lacks %s)'" $prefix (join "," $selectorText) | quote }}
+      reason: Forbidden
+    - expression: {{ printf "variables.newLabels.all(k, k == '%s' ? variables.newLabels[k] == '%s' : (k in variables.oldLabels && variables.oldLabels[k] == variables.newLabels[k])) && variables.oldLabels.all(k, k == '%s' || k in variables.newLabels)" $key "true" $key | quote }}
+      messageExpression: {{ printf "'%s: its other labels must not change, and %s may only be set to \"true\" or removed'" $prefix $key | quote }}
+      reason: Forbidden
+    - expression: {{ join " && " $same | quote }}
+      messageExpression: {{ printf "'%s: its annotations, finalizers, owner references and generateName must not change'" $prefix | quote }}
+      reason: Forbidden
+    - expression: "object.spec == oldObject.spec"
+      messageExpression: {{ printf "'%s: its spec must not change'" $prefix | quote }}
       reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
