@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 	"github.com/elector-sidecar/elector-sidecar/pkg/version"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
@@ -49,7 +50,7 @@ func registerAll(t *testing.T, lease string) (*prometheus.Registry, map[string]b
 	reg, wrapped := newRegistry(lease)
 	electorReg := &namesOf{Registerer: wrapped, names: map[string]bool{"elector_build_info": true}}
 	client := fake.NewClientset()
-	el, err := election.New(election.Config{Client: client, Namespace: ns, Name: name, Identity: "pod-a",
+	el, err := election.New(election.Config{Client: clientset.Wrap(client), Namespace: ns, Name: name, Identity: "pod-a",
 		LeaseDuration: election.DefaultLeaseDuration, RenewDeadline: election.DefaultRenewDeadline,
 		RetryPeriod: election.DefaultRetryPeriod, Registerer: electorReg})
 	if err != nil {
@@ -60,7 +61,7 @@ func registerAll(t *testing.T, lease string) (*prometheus.Registry, map[string]b
 	if _, err := c.newProber(el, electorReg, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leaderlabel.New(leaderlabel.Config{Client: client, Namespace: ns, PodName: "pod-a", Key: leaderlabel.DefaultKey, Registerer: electorReg}); err != nil {
+	if _, err := leaderlabel.New(leaderlabel.Config{Client: clientset.Wrap(client), Namespace: ns, PodName: "pod-a", Key: leaderlabel.DefaultKey, Registerer: electorReg}); err != nil {
 		t.Fatal(err)
 	}
 	return reg, electorReg.names

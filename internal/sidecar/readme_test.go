@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
@@ -227,7 +228,7 @@ func TestReadmeLeaderOnlyRoutingSection(t *testing.T) {
 		t.Errorf("README Leader-only routing does not show the label %s: %q", leaderlabel.DefaultKey, leaderlabel.Value)
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := leaderlabel.New(leaderlabel.Config{Client: fake.NewClientset(), Namespace: "ns", PodName: "p",
+	if _, err := leaderlabel.New(leaderlabel.Config{Client: clientset.Wrap(fake.NewClientset()), Namespace: "ns", PodName: "p",
 		Key: leaderlabel.DefaultKey, Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}

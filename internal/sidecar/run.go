@@ -16,16 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 	"github.com/elector-sidecar/elector-sidecar/pkg/version"
@@ -85,7 +82,9 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(restCfg)
+	// Only the Leases, Pods and Events the sidecar uses: client-go's
+	// clientset would link every API group (see pkg/kubeclient).
+	client, err := kubeclient.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("creating kubernetes client: %w", err)
 	}
@@ -110,10 +109,12 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		// The label leaves this pod before the Lease is written free.
 		ec.BeforeRelease = labeler.BeforeRelease
 	}
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(c.LeaseNamespace)})
-	defer broadcaster.Shutdown()
-	ec.Recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "elector-sidecar", Host: c.Identity})
+	// Events on the Lease, written in the background (client-go's
+	// record.EventBroadcaster would link strategic merge patch and the
+	// OpenAPI models: see kubeclient.Recorder).
+	recorder := kubeclient.NewRecorder(client.Events(c.LeaseNamespace), corev1.EventSource{Component: "elector-sidecar", Host: c.Identity}, log, nil)
+	defer recorder.Shutdown()
+	ec.Recorder = recorder
 	el, err := election.New(ec)
 	if err != nil {
 		return err

@@ -42,6 +42,7 @@ func (e *Elector) acquire(ctx context.Context) {
 		s.retryAt = e.clock.Now().Add(e.cfg.LeaseDuration)
 		return
 	}
+	raced, spread := contended(s), spreads(s)
 	if s.term != nil {
 		e.loseTerm(LossSuperseded)
 	}
@@ -66,16 +67,28 @@ func (e *Elector) acquire(ctx context.Context) {
 		l := s.obs.DeepCopy()
 		l.Spec = spec
 		e.addLabels(l)
+		if raced {
+			s.attempted = true
+		}
+		if spread {
+			// We win (if this lands) with our draw: pass on what it says
+			// about how many contended.
+			setContenders(l, nextContenders(contendersFor(s), s.draw))
+		}
 		got, err = e.leases.Update(reqCtx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		if isAPIStatus(err) {
 			s.pendingToken = 0 // the API server refused it: it did not land
 		}
+		if raced && apierrors.IsConflict(err) {
+			s.lost = min(s.lost+1, contendMaxLost)
+		}
 		e.writeFailed(verb, "acquire", err)
 		return
 	}
 	e.observe(got, true)
+	s.lost = 0
 	e.startTerm(got, sent)
 }
 

@@ -11,11 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient"
 )
 
 // Defaults match client-go's leaderelection.
@@ -32,8 +33,10 @@ const (
 
 // Config is everything one candidate needs. Validate it before use; New does.
 type Config struct {
-	// Client talks to the API server.
-	Client kubernetes.Interface
+	// Client talks to the API server; the election uses its Leases only.
+	// The sidecar passes a *kubeclient.Client; tests and tools that have a
+	// kubernetes.Interface wrap it with kubeclient/clientset.Wrap.
+	Client kubeclient.Interface
 	// Namespace and Name of the Lease.
 	Namespace string
 	Name      string
@@ -67,7 +70,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Recorder, if set, gets a Kubernetes Event on the Lease for every
 	// leadership change of this candidate (as client-go's elector does).
-	Recorder record.EventRecorder
+	Recorder EventRecorder
 
 	// StartWithdrawn, if set, starts the candidate out of the election with
 	// this reason (e.g. "app not healthy yet") until SetCandidate(true).
@@ -78,6 +81,13 @@ type Config struct {
 	// e.g. remove a leader label from this pod first. It must return when
 	// the context ends; the release goes on whatever it did.
 	BeforeRelease func(ctx context.Context)
+}
+
+// EventRecorder records Kubernetes Events: the sidecar's
+// *kubeclient.Recorder, and client-go's record.EventRecorder (and its
+// FakeRecorder) have this method.
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
 
 // BeforeReleaseTimeout bounds Config.BeforeRelease.

@@ -61,6 +61,19 @@ type state struct {
 	obsTime  time.Time             // when the record last changed, on our clock
 	maxSeen  int64                 // highest leaseTransitions seen or written
 
+	// Contention (contend.go): this candidate's draw in [0, 1) for the
+	// current record, made by the loop when the record changes; the
+	// estimate of contenders the observed Lease carries (0: none); and
+	// whether the observed free Lease was released while we watched.
+	// lost: contended acquisitions lost, less the rounds since in which
+	// the Lease was taken before our turn; attempted: we wrote in the
+	// current one.
+	draw        float64
+	contenders  float64
+	releaseSeen bool
+	lost        int
+	attempted   bool
+
 	// After the Lease went away.
 	deletedAt   time.Time
 	restoreFrom *coordinationv1.Lease // the deleted Lease to put back; nil: none
@@ -162,11 +175,11 @@ func acquireAt(s *state, c *Config) time.Time {
 	case s.obs == nil:
 		at = s.notBefore
 	case holderOf(s.obs) == "":
-		at = s.obsTime
+		at = s.obsTime.Add(contendDelay(s, c))
 	default:
 		// Held, by another candidate or by an earlier process with our
 		// identity (whose term we never resume): expiry on our clock.
-		at = s.obsTime.Add(max(c.LeaseDuration, durationOf(s.obs)))
+		at = s.obsTime.Add(max(c.LeaseDuration, durationOf(s.obs)) + contendDelay(s, c))
 	}
 	return laterOf(laterOf(at, s.notBefore), s.holdOff)
 }

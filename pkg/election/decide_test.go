@@ -59,6 +59,33 @@ func TestDecide(t *testing.T) {
 		{name: "back-off after a failed write", state: state{synced: true, obs: lease("", 4, "u1", 3), maxSeen: 4, retryAt: at(time.Second)},
 			now: 0, want: decision{wake: at(time.Second)}},
 
+		// Contention: a release seen while watching, or an expiry, is taken
+		// after this candidate's draw in a window of 2 ms per estimated
+		// contender (16 when the Lease carries no estimate, doubled per lost
+		// race), at most one retry period; with fewer than 4, at once.
+		{name: "a release seen live waits for our draw in the window", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5},
+			now: 0, want: decision{wake: at(16 * time.Millisecond)}},
+		{name: "a release seen live is taken when the draw's time comes", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5},
+			now: 16 * time.Millisecond, want: decision{action: actAcquire}},
+		{name: "the window grows with the estimate on the Lease", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5, contenders: 100},
+			now: 0, want: decision{wake: at(100 * time.Millisecond)}},
+		{name: "few contenders: the window is small", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5, contenders: 4},
+			now: 0, want: decision{wake: at(4 * time.Millisecond)}},
+		{name: "fewer than 4 contenders: written at once", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5, contenders: 3.9},
+			now: 0, want: decision{action: actAcquire}},
+		{name: "fewer than 4 contenders, but we lost a race: spread again", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5, contenders: 2, lost: 1},
+			now: 0, want: decision{wake: at(4 * time.Millisecond)}},
+		{name: "the window is at most one retry period", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.9, contenders: 1000},
+			now: 0, want: decision{wake: at(450 * time.Millisecond)}},
+		{name: "a Lease found free (no release seen) is taken at once, whatever the draw", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, draw: 0.9, contenders: 100},
+			now: 0, want: decision{action: actAcquire}},
+		{name: "an expiry is spread out too", state: state{synced: true, obs: lease("other", 4, "u1", 3), obsTime: at(0), maxSeen: 4, draw: 0.25, contenders: 100},
+			now: 3 * time.Second, want: decision{wake: at(3*time.Second + 50*time.Millisecond)}},
+		{name: "our own deleted term is taken back at once, whatever the draw", state: state{synced: true, everSeen: true, ownDeletion: true, lastToken: 6, lastTermUID: "u1", maxSeen: 6, draw: 0.9, contenders: 100},
+			now: 0, want: decision{action: actAcquire}},
+		{name: "a hold-off after our release outlasts the draw", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, releaseSeen: true, draw: 0.5, holdOff: at(3 * time.Second)},
+			now: time.Second, want: decision{wake: at(3 * time.Second)}},
+
 		// Candidacy.
 		{name: "withdrawn: a free Lease is not taken", state: state{synced: true, obs: lease("", 4, "u1", 3), obsTime: at(0), maxSeen: 4, withdrawn: "app unhealthy"},
 			now: time.Hour, want: decision{}},

@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient"
 )
 
 // Shutdown timing: a write already in flight when Run's context ends may
@@ -64,16 +64,12 @@ type Elector struct {
 	inbox   []observation
 
 	st state // owned by the Run goroutine
+	// draw returns a uniform number in [0, 1) for state.draw (tests fix it).
+	draw func() float64
 }
 
 // leaseClient is the part of the typed client the elector uses.
-type leaseClient interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error)
-	Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error)
-	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
-	List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-}
+type leaseClient = kubeclient.LeaseInterface
 
 // New validates cfg and returns a candidate that has not started yet.
 func New(cfg Config) (*Elector, error) {
@@ -88,13 +84,14 @@ func New(cfg Config) (*Elector, error) {
 		cfg:      cfg,
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
-		leases:   cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		leases:   cfg.Client.Leases(cfg.Namespace),
 		notify:   make(chan struct{}, 1),
 		control:  make(chan control),
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
 		nextFlip: make(chan time.Time, 1),
 		st:       state{identity: cfg.Identity, withdrawn: cfg.StartWithdrawn},
+		draw:     rand.Float64,
 	}
 	if e.clock == nil {
 		e.clock = clock.RealClock{}

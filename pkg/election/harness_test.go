@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 )
 
 const (
@@ -148,7 +150,7 @@ func (f *fakeAPI) newElector(id string, clk clock.WithTicker) (*Elector, *record
 	reg := prometheus.NewRegistry()
 	events := record.NewFakeRecorder(1000)
 	cfg := Config{
-		Client: f.client, Namespace: ns, Name: leaseName, Identity: id,
+		Client: clientset.Wrap(f.client), Namespace: ns, Name: leaseName, Identity: id,
 		LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp, ClockSkewMargin: skew,
 		Clock: clk, Logger: testLogger(), Registerer: reg, Recorder: events,
 	}
@@ -159,6 +161,9 @@ func (f *fakeAPI) newElector(id string, clk clock.WithTicker) (*Elector, *record
 	if err != nil {
 		f.t.Fatalf("New(%s): %v", id, err)
 	}
+	// Draw 0: no contention delay, so tests see each step at once
+	// (contend_test.go sets real draws).
+	e.draw = func() float64 { return 0 }
 	return e, events, reg
 }
 

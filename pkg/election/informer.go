@@ -61,7 +61,7 @@ func (e *Elector) newInformer() cache.SharedIndexInformer {
 		},
 	}
 	// Lets the reflector skip streaming lists with clients that lack them
-	// (the fake clientset in unit tests).
+	// (the fake clientset in unit tests, through kubeclient/clientset.Wrap).
 	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, e.cfg.Client), &coordinationv1.Lease{}, 0, cache.Indexers{})
 }
 

@@ -21,6 +21,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 )
 
 // These tests run the whole loop (Run, the informer, timers) on the fake
@@ -390,7 +392,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	if _, err := New(Config{Namespace: ns, Name: leaseName, Identity: "a", LeaseDuration: ld, RenewDeadline: rd, RetryPeriod: rp}); err == nil {
 		t.Fatal("New without a client succeeded")
 	}
-	if _, err := New(Config{Client: fake.NewClientset(), Name: leaseName, Identity: "a"}); err == nil {
+	if _, err := New(Config{Client: clientset.Wrap(fake.NewClientset()), Name: leaseName, Identity: "a"}); err == nil {
 		t.Fatal("New with zero timings succeeded")
 	}
 }

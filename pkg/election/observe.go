@@ -37,7 +37,23 @@ func (e *Elector) observe(l *coordinationv1.Lease, authoritative bool) {
 	}
 	if recordChanged(s.obs, l) {
 		s.obsTime = e.clock.Now()
+		s.draw = e.draw()
+		if holderOf(l) != "" {
+			// A release we saw was taken by another before our turn came:
+			// the window was wide enough.
+			if s.releaseSeen && holderOf(s.obs) == "" && !s.attempted && holderOf(l) != s.identity {
+				s.lost = max(s.lost-1, 0)
+			}
+			s.attempted = false
+		}
+		switch {
+		case holderOf(l) != "" || s.obs == nil:
+			s.releaseSeen = false
+		case holderOf(s.obs) != "":
+			s.releaseSeen = true // held -> free, while we watched
+		}
 	}
+	s.contenders = contendersOf(l)
 	s.obs = l
 	s.everSeen = true
 	s.restoreFrom = nil

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 )
 
 // These run the labeler beside a real election.Elector on a fake clientset
@@ -89,12 +90,12 @@ func runWired(t *testing.T) *wired {
 		return false, nil, nil
 	})
 	clk := testingclock.NewFakeClock(t0)
-	l, err := New(Config{Client: client, Namespace: ns, PodName: "pod-a", Key: key, Logger: quiet()})
+	l, err := New(Config{Client: clientset.Wrap(client), Namespace: ns, PodName: "pod-a", Key: key, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	el, err := election.New(election.Config{
-		Client: client, Namespace: ns, Name: leaseName, Identity: "pod-a",
+		Client: clientset.Wrap(client), Namespace: ns, Name: leaseName, Identity: "pod-a",
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 200 * time.Millisecond,
 		Clock: clk, Logger: quiet(), BeforeRelease: l.BeforeRelease,
 	})

@@ -37,10 +37,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient"
 )
 
 // DefaultKey is the chart's label key.
@@ -64,8 +64,9 @@ type Source interface {
 
 // Config is one labeler's settings and dependencies.
 type Config struct {
-	// Client patches and lists pods in Namespace.
-	Client kubernetes.Interface
+	// Client patches and lists pods in Namespace (its Pods only; wrap a
+	// kubernetes.Interface with kubeclient/clientset.Wrap).
+	Client kubeclient.Interface
 	// Namespace and PodName of this pod (the sidecar's Lease namespace and
 	// holder identity).
 	Namespace string
@@ -254,7 +255,7 @@ func (l *Labeler) setSelf(ctx context.Context, want bool) error {
 	}
 	if l.self == nil {
 		rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-		pod, err := l.cfg.Client.CoreV1().Pods(l.cfg.Namespace).Get(rctx, l.cfg.PodName, metav1.GetOptions{})
+		pod, err := l.cfg.Client.Pods(l.cfg.Namespace).Get(rctx, l.cfg.PodName, metav1.GetOptions{})
 		cancel()
 		switch {
 		case apierrors.IsNotFound(err):
@@ -300,7 +301,7 @@ func (l *Labeler) podGone() {
 func (l *Labeler) removeFromOthers(ctx context.Context, token int64) error {
 	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	sel := labels.Set{l.cfg.Key: Value}.AsSelector().String()
-	pods, err := l.cfg.Client.CoreV1().Pods(l.cfg.Namespace).List(rctx, metav1.ListOptions{LabelSelector: sel})
+	pods, err := l.cfg.Client.Pods(l.cfg.Namespace).List(rctx, metav1.ListOptions{LabelSelector: sel})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("listing pods with %s: %w", sel, err)
@@ -332,7 +333,7 @@ func (l *Labeler) patch(ctx context.Context, pod string, on bool) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	_, err = l.cfg.Client.CoreV1().Pods(l.cfg.Namespace).Patch(rctx, pod, types.MergePatchType, body, metav1.PatchOptions{})
+	_, err = l.cfg.Client.Pods(l.cfg.Namespace).Patch(rctx, pod, types.MergePatchType, body, metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		l.patches.WithLabelValues(op, "ok").Inc()

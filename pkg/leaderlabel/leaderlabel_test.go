@@ -26,6 +26,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 )
 
 const (
@@ -149,7 +150,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func newLabeler(t *testing.T, a *api, self string, reg prometheus.Registerer) *Labeler {
 	t.Helper()
-	l, err := New(Config{Client: a.client, Namespace: ns, PodName: self, Key: key, Logger: quiet(), Registerer: reg})
+	l, err := New(Config{Client: clientset.Wrap(a.client), Namespace: ns, PodName: self, Key: key, Logger: quiet(), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +425,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestRunFollowsChangesAndRetriesFailuresAfterABackOff(t *testing.T) {
 	a := newAPI(t, map[string]bool{"pod-a": false, "pod-b": true})
 	clk := testingclock.NewFakeClock(t0)
-	l, err := New(Config{Client: a.client, Namespace: ns, PodName: "pod-a", Key: key, Logger: quiet(), Clock: clk,
+	l, err := New(Config{Client: clientset.Wrap(a.client), Namespace: ns, PodName: "pod-a", Key: key, Logger: quiet(), Clock: clk,
 		Backoff: wait.Backoff{Duration: time.Second, Factor: 2, Steps: 10, Cap: 4 * time.Second}})
 	if err != nil {
 		t.Fatal(err)

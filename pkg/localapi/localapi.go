@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,7 @@ type Handler struct {
 	maxWaiters   int64
 	writeTimeout time.Duration
 	waiters      atomic.Int64 // streams and long-polls being served
+	etags        atomic.Pointer[etagCache]
 }
 
 // Option configures a Handler.
@@ -259,20 +261,64 @@ func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {
 // answerLeader writes GET /leader's answer for v: 304 if match (the
 // If-None-Match header) matches its ETag, else the body.
 func (h *Handler) answerLeader(w http.ResponseWriter, v *view, match string) {
-	etag := v.etag()
+	etag := h.etagHeader(v)
 	hdr := w.Header()
-	hdr.Set("ETag", etag)
-	hdr.Set("Cache-Control", "no-store")
-	if match != "" && etagMatches(match, etag) {
+	hdr["Etag"] = etag // what Set("ETag", ...) stores, without allocating
+	hdr["Cache-Control"] = hdrNoStore
+	if match != "" && etagMatches(match, etag[0]) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	writeJSON(w, http.StatusOK, append(v.appendJSON(make([]byte, 0, 256)), '\n'))
+	buf := getBody()
+	*buf = append(v.appendJSON(*buf), '\n')
+	writeJSON(w, http.StatusOK, *buf)
+	putBody(buf)
+}
+
+// etagHeader returns the ETag header value of v, computed once per change
+// of what it covers (the same for every request until the next renew).
+func (h *Handler) etagHeader(v *view) []string {
+	k := etagKeyOf(&v.s, v.app)
+	if c := h.etags.Load(); c != nil && c.key == k {
+		return c.value
+	}
+	c := &etagCache{key: k, value: []string{v.etag()}}
+	h.etags.Store(c)
+	return c.value
+}
+
+// etagKey is everything leaderETag reads, as it reads it.
+type etagKey struct {
+	isLeader, ready, candidate bool
+	app                        appState
+	transitions, token, until  int64
+	holder, identity, lease    string
+	notCandidate               string
+}
+
+func etagKeyOf(s *election.Status, app appState) etagKey {
+	k := etagKey{
+		isLeader: s.IsLeader, ready: s.Ready, candidate: s.Candidate, app: app,
+		transitions: s.LeaseTransitions, token: s.Token,
+		holder: s.Holder, identity: s.Identity, lease: s.Lease, notCandidate: s.NotCandidate,
+	}
+	if !s.ValidUntil.IsZero() {
+		k.until = s.ValidUntil.UnixNano()
+	}
+	if strings.HasPrefix(k.notCandidate, releasedFor) {
+		k.notCandidate = releasedFor
+	}
+	return k
+}
+
+type etagCache struct {
+	key   etagKey
+	value []string
 }
 
 func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 	s := h.el.Status()
-	w.Header().Set("Cache-Control", "no-store")
+	w.Header()["Cache-Control"] = hdrNoStore
 	switch {
 	case s.IsLeader:
 	case !s.Ready:
@@ -290,14 +336,18 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, append(resp.appendJSON(make([]byte, 0, 128)), '\n'))
 		return
 	}
+	buf := getBody()
+	defer putBody(buf)
 	if wantsText(r.Header.Get("Accept")) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header()["Content-Type"] = hdrText
 		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(strconv.AppendInt(make([]byte, 0, 24), s.Token, 10))
+		*buf = strconv.AppendInt(*buf, s.Token, 10)
+		_, _ = w.Write(*buf)
 		return
 	}
 	resp := newTokenResponse(&s)
-	writeJSON(w, http.StatusOK, append(resp.appendJSON(make([]byte, 0, 160)), '\n'))
+	*buf = append(resp.appendJSON(*buf), '\n')
+	writeJSON(w, http.StatusOK, *buf)
 }
 
 func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
@@ -499,7 +549,9 @@ func wantsText(accept string) bool {
 	if accept == "" {
 		return false
 	}
-	for _, part := range strings.Split(accept, ",") {
+	for accept != "" {
+		var part string
+		part, accept, _ = strings.Cut(accept, ",")
 		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
 		switch strings.ToLower(strings.TrimSpace(mt)) {
 		case "text/plain":
@@ -512,10 +564,49 @@ func wantsText(accept string) bool {
 }
 
 func writeJSON(w http.ResponseWriter, code int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	hdr := w.Header()
+	hdr["Content-Type"] = hdrJSON
+	hdr["Content-Length"] = contentLength(len(body))
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+}
+
+// Header values shared by every answer, so that /leader and /token
+// allocate nothing per request (net/http only reads a handler's header
+// values; Add on one of these copies it, its capacity being 1). Keys are
+// in canonical form, as Header.Set would store them.
+var (
+	hdrJSON    = []string{"application/json"}
+	hdrText    = []string{"text/plain; charset=utf-8"}
+	hdrNoStore = []string{"no-store"}
+)
+
+// contentLengths caches the Content-Length values of short bodies.
+var contentLengths [1024]atomic.Pointer[[]string]
+
+func contentLength(n int) []string {
+	if n >= len(contentLengths) {
+		return []string{strconv.Itoa(n)}
+	}
+	if v := contentLengths[n].Load(); v != nil {
+		return *v
+	}
+	v := []string{strconv.Itoa(n)}
+	contentLengths[n].Store(&v)
+	return v
+}
+
+// bodies are the buffers answers are encoded into; w.Write copies them.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBody() *[]byte { return bodies.Get().(*[]byte) }
+
+func putBody(b *[]byte) {
+	if cap(*b) > 4<<10 {
+		return // an unusually long answer: do not keep its buffer
+	}
+	*b = (*b)[:0]
+	bodies.Put(b)
 }
 
 // writeError writes {"error": msg}.

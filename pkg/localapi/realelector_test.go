@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 )
 
 // The push endpoints on the real election.Elector, on a fake clientset
@@ -84,7 +85,7 @@ func (f *fakeAPI) compareAndSwap(a k8stesting.Action) (bool, runtime.Object, err
 func (f *fakeAPI) run(t *testing.T, id string) *election.Elector {
 	t.Helper()
 	e, err := election.New(election.Config{
-		Client: f.client, Namespace: testNS, Name: testLease, Identity: id,
+		Client: clientset.Wrap(f.client), Namespace: testNS, Name: testLease, Identity: id,
 		LeaseDuration: testLD, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		ClockSkewMargin: 200 * time.Millisecond, Clock: f.clock, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -179,12 +180,17 @@ func TestLongPollOnTheRealElectorReturnsOnAHandoff(t *testing.T) {
 	if err != nil || resp.StatusCode != 204 {
 		t.Fatalf("POST /release?for=1h: %v %v", resp, err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	got := answer(t, poll)
 	if got.code != 200 || got.etag == tag {
 		t.Fatalf("b's long-poll after the release: %d %s %s", got.code, got.etag, got.body)
 	}
-	eventually(t, "b leads", func() bool { return b.Status().IsLeader })
+	// b saw the release happen: it writes after its draw in the contention
+	// window (tens of ms on the fake clock), unless someone else wrote first.
+	eventually(t, "b leads", func() bool {
+		api.clock.Step(time.Millisecond)
+		return b.Status().IsLeader
+	})
 	_, body := leaderNow(t, ha)
 	sa := a.Status()
 	if sa.Candidate || sa.NotCandidate != "released for 1h0m0s" {

@@ -1,0 +1,166 @@
+package election
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// Contention. When the Lease becomes takeable (its holder released it while
+// we watched, or its term ran out on our clock), every follower learns it
+// within a few milliseconds of the others; if all of them wrote at once, one
+// write would win and every other one would be a 409 Conflict, and with 100
+// candidates that burst delays the winner's own answer. So each follower
+// waits a random part of a window before it writes, and drops its attempt
+// when the watch shows the Lease taken first (decide then sees a held
+// Lease): only the followers whose wait ends within about one watch delay
+// of the first writer's write at all.
+//
+// For that number to stay small the window must grow with the number of
+// contenders (n): with a uniform draw over n × contendSlot, the first
+// writer goes after about one slot whatever n is, and the others that
+// write are those in the next watch delay, about delay / slot of them. A
+// follower cannot count the others: they never write while they follow,
+// and the holders it has seen include processes long gone. So the Lease
+// carries the estimate. The winner of each contended acquisition knows its
+// own draw u; the first of n uniform draws has E[-ln u] = H(n) ≈ ln n + γ,
+// so it writes exp((1-contendGain) ln previous + contendGain (-ln u - γ))
+// into ContendersAnnotation with its acquiring write, and every follower
+// reads it from the watch. A Lease without the annotation (new, or written
+// by another client) uses contendersPrior.
+//
+// decide stays pure: the draw (state.draw, in [0, 1)) is made by the loop
+// each time the election record changes, and the estimate is read from the
+// observed Lease (state.contenders).
+
+// ContendersAnnotation is set on the Lease by each contended acquisition:
+// the estimated number of followers that contend when the Lease becomes
+// takeable (a decimal number).
+const ContendersAnnotation = "elector-sidecar.io/contenders"
+
+const (
+	// contendSlot is the window per estimated contender.
+	contendSlot = 2 * time.Millisecond
+	// contendersPrior is the estimate of a Lease that carries none: the
+	// first contended handoff spreads over 32 ms (3 candidates: the first
+	// write ~10 ms later than without a window, once; 100 candidates: about
+	// a third of them write instead of all).
+	contendersPrior = 16
+	// contendersMax bounds the estimate (and so the window, with the retry
+	// period).
+	contendersMax = 1024
+	// contendGain is the weight of the latest handoff in the estimate.
+	contendGain = 0.5
+	// contendUp and contendDown bound one handoff's change of the
+	// estimate (logarithms): x2 up, x3/4 down.
+	contendUp   = math.Ln2
+	contendDown = 0.2876820724517809 // ln(4/3)
+	// contendMaxLost bounds the doubling after lost races (x64).
+	contendMaxLost = 6
+	// contendAtOnce: below this many contenders (estimate and doubling
+	// included) followers write at once, as without the spread; the winner
+	// then leaves the estimate as it is (its draw was not used). A group
+	// of 3 keeps its handoff latency; a loser's doubling brings it back.
+	contendAtOnce = 4
+	// eulerGamma is the Euler–Mascheroni constant: H(n) - ln n -> γ.
+	eulerGamma = 0.5772156649015329
+)
+
+// contended reports whether acquiring the observed Lease now is a race
+// among followers that decide spreads out: a release this candidate saw
+// happen, or a held Lease (taken when its term ran out on our clock). Not:
+// a Lease that was free when we first saw it, an absent one, or our own
+// deleted term.
+func contended(s *state) bool {
+	if s.obs == nil || s.term != nil || s.ownDeletion {
+		return false
+	}
+	return holderOf(s.obs) != "" || s.releaseSeen
+}
+
+// contendersFor is the number of contenders this candidate spreads its
+// draw for: the Lease's estimate (contendersPrior if none), doubled for
+// each race it lost (state.lost). The estimate comes from the winner's
+// draw and is right only if the winner wrote first because it drew first;
+// when the watch takes longer than the window (a loaded API server, many
+// watchers), every follower writes and the winner is any of them, whose
+// draw says little. Those losses widen the losers' windows until the
+// first write again reaches the others before most of them write; each
+// round in which the watch showed the Lease taken before this candidate's
+// turn (its window was wide enough) halves it back once. The winner
+// writes its own widened estimate, so newcomers start from it.
+func contendersFor(s *state) float64 {
+	n := s.contenders
+	if n < 1 {
+		n = contendersPrior
+	}
+	return min(n*float64(int(1)<<min(s.lost, contendMaxLost)), contendersMax)
+}
+
+// contendWindow is the window the draws spread over for n contenders, at
+// most one retry period.
+func contendWindow(n float64, c *Config) time.Duration {
+	return min(time.Duration(n*float64(contendSlot)), c.RetryPeriod)
+}
+
+// spreads reports whether this candidate spreads its write: a contended
+// acquisition, and enough contenders (with fewer, a Conflict or two cost
+// less than any wait).
+func spreads(s *state) bool {
+	return contended(s) && contendersFor(s) >= contendAtOnce
+}
+
+// contendDelay is how long after the Lease became takeable (on our clock)
+// this candidate writes, unless the watch shows it taken first.
+func contendDelay(s *state, c *Config) time.Duration {
+	if !spreads(s) {
+		return 0
+	}
+	return time.Duration(s.draw * float64(contendWindow(contendersFor(s), c)))
+}
+
+// nextContenders is the estimate the winner of a contended acquisition
+// writes: prev (the contenders it drew for; < 1: none known) moved towards
+// what its draw u says.
+func nextContenders(prev, u float64) float64 {
+	if prev < 1 {
+		prev = contendersPrior
+	}
+	// u = 0 (or a draw finer than the window can tell) says "many".
+	u = max(u, 1.0/(4*contendersMax))
+	// One draw is a noisy sample (-ln u has an exponential right tail), and
+	// a low one may only mean that the watch was slower than the window
+	// (the winner wrote first by chance): one handoff raises the estimate
+	// at most x2 and lowers it at most x3/4. Too high costs a little
+	// latency (the first write comes after ~window/contenders), too low
+	// costs writes.
+	sample := min(max(-math.Log(u)-eulerGamma, math.Log(prev)-contendDown/contendGain), math.Log(prev)+contendUp/contendGain)
+	n := math.Exp((1-contendGain)*math.Log(prev) + contendGain*sample)
+	return min(max(n, 1), contendersMax)
+}
+
+// contendersOf reads the estimate on l; 0 when it has none (or a bad one).
+func contendersOf(l *coordinationv1.Lease) float64 {
+	if l == nil {
+		return 0
+	}
+	v, ok := l.Annotations[ContendersAnnotation]
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(n) || n < 1 {
+		return 0
+	}
+	return min(n, contendersMax)
+}
+
+// setContenders records the estimate n on l (a copy about to be written).
+func setContenders(l *coordinationv1.Lease, n float64) {
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[ContendersAnnotation] = strconv.FormatFloat(n, 'f', 1, 64)
+}
