@@ -7,6 +7,10 @@
 #   hack/bench.sh                              everything (the numbers in docs/benchmarks.md)
 #   hack/bench.sh --quick                      a short development run (fewer trials, short windows)
 #   hack/bench.sh --only handoff,api           some sections: handoff failover api localapi footprint scale fence push
+#                                              leases idleconns
+#   hack/bench.sh --only leases                1,000 Leases x 3 candidates per kind on one apiserver (simulated in one
+#                                              process per kind; --leases, --leases-candidates; --quick: 100 Leases)
+#   hack/bench.sh --only idleconns             /token at a fixed rate with 1,000 idle connections open vs none
 #   hack/bench.sh --only fence                 the PostgreSQL and Redis fences vs the same writes unfenced (no
 #                                              control plane; throwaway servers, installed if missing)
 #   hack/bench.sh --only push                  Lease write -> app: /watch and the long-poll vs polling /leader;

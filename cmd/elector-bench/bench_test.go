@@ -81,7 +81,7 @@ func TestRunLoad(t *testing.T) {
 		_, _ = w.Write(bareBody)
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	addr := ln.Addr().String()
 	for _, rate := range []float64{0, 500} {
 		r, err := runLoad(context.Background(), "t", addr, "/ok", 4, rate, 300*time.Millisecond)
@@ -97,6 +97,30 @@ func TestRunLoad(t *testing.T) {
 	}
 	if _, err := runLoad(context.Background(), "t", addr, "/missing", 2, 0, 100*time.Millisecond); err == nil {
 		t.Error("404s should fail the run")
+	}
+}
+
+func TestParseBenchOutput(t *testing.T) {
+	out := []byte(`goos: linux
+BenchmarkLocalAPIBareHandler-2         	   20000	       534.7 ns/op	      35 B/op	       3 allocs/op
+BenchmarkLocalAPILeader-2              	   20000	      1128 ns/op	       0 B/op	       0 allocs/op
+BenchmarkLocalAPIToken                 	   20000	       123.2 ns/op	       8 B/op	       1 allocs/op
+BenchmarkOther-2                       	   20000	       1 ns/op	       0 B/op	       0 allocs/op
+PASS
+`)
+	got := parseBenchOutput(out)
+	want := map[string]HandlerCost{
+		"BareHandler": {NsPerOp: 534.7, BytesPerOp: 35, AllocsPerOp: 3},
+		"Leader":      {NsPerOp: 1128},
+		"Token":       {NsPerOp: 123.2, BytesPerOp: 8, AllocsPerOp: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %+v, want %+v", k, got[k], v)
+		}
 	}
 }
 

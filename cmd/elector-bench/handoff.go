@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +41,12 @@ type TrialsResult struct {
 	// just before the signal to 1 s after the new leader acquired
 	// (apiserver-wide, so it includes the apiserver's own, ~0.1/s).
 	PerHandoff verbCounts `json:"leaseRequestsPerHandoff,omitempty"`
-	Error      string     `json:"error,omitempty"`
+	// Writes (when counted): the Lease writes (PUT and POST, any status
+	// code: won, lost with a 409, or failed) of each handoff, in the same
+	// window: the old leader's release, the acquiring attempts, and the
+	// apiserver's own (~0.1/s).
+	Writes []float64 `json:"leaseWritesEachHandoff,omitempty"`
+	Error  string    `json:"error,omitempty"`
 }
 
 // leaseWatcher records when each version of one Lease became visible to a
@@ -231,9 +237,14 @@ func (p *pool) trials(ctx context.Context, leader *framework.Candidate, mode str
 			if res.PerHandoff == nil {
 				res.PerHandoff = verbCounts{}
 			}
+			var writes float64
 			for k, v := range after.sub(before) {
 				res.PerHandoff[k] += v
+				if strings.HasPrefix(k, "PUT ") || strings.HasPrefix(k, "POST ") {
+					writes += v
+				}
 			}
+			res.Writes = append(res.Writes, writes)
 		}
 		// The old leader is replaced by a new process with a new name.
 		old := leader

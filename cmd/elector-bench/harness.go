@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -54,7 +53,6 @@ func (e *env) kinds() []framework.CandidateKind {
 
 // acqEvent is one "acquired" log line, stamped when the bench read it.
 type acqEvent struct {
-	instance string
 	identity string
 	at       time.Time
 }
@@ -334,5 +332,3 @@ func buildBinaries(dir string) (map[framework.CandidateKind]string, error) {
 	}
 	return out, nil
 }
-
-var errSkipped = errors.New("skipped")

@@ -16,10 +16,16 @@
 //	           vs the same writes unfenced (throwaway servers, test/framework/dbserver)
 //	push       Lease write -> app: GET /watch and the long-poll vs polling /leader, at the
 //	           new leader and a follower; then 1,000 /watch streams on one sidecar
+//	leases     1,000 Leases x 3 candidates on one apiserver (simulated: all candidates
+//	           of a kind in one `elector-bench lease-host` process): apiserver
+//	           requests/s by verb, CPU and RSS, handoff latency
+//	idleconns  /token latency and throughput at a fixed rate with 1,000 idle
+//	           connections open to the sidecar vs none; silent ones cut at ReadHeaderTimeout
 //
 // Results go to --out (Markdown, JSON and a PNG CDF plot of handoff latency).
 // `elector-bench bare-server --addr=HOST:PORT` is the baseline HTTP server
-// (started by the bench itself).
+// and `elector-bench lease-host ...` the leases section's candidate host
+// (both started by the bench itself).
 package main
 
 import (
@@ -40,7 +46,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
-var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push"}
+var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push", "leases", "idleconns"}
 
 type options struct {
 	only           map[string]bool
@@ -68,6 +74,15 @@ type options struct {
 	verbose        bool
 	quick          bool
 	skipBaseline   bool
+	// leases section
+	leases           int
+	leasesCandidates int
+	leasesWindow     time.Duration
+	leasesSettle     time.Duration
+	leasesTrials     int
+	// idleconns section
+	idleConns int
+	idleRate  float64
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -92,12 +107,19 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.pushRounds, "push-rounds", 25, "SIGTERM handoffs in the push section's latency part")
 	fs.IntVar(&o.pushWatchers, "push-watchers", 1000, "concurrent /watch streams on one sidecar in the push section (the sidecar serves at most 1024 streams and long-polls)")
 	fs.IntVar(&o.pushFanRounds, "push-fanout-rounds", 5, "leader changes pushed to the push section's --push-watchers streams")
+	fs.IntVar(&o.leases, "leases", 1000, "Leases (candidate groups) in the leases section")
+	fs.IntVar(&o.leasesCandidates, "leases-candidates", 3, "candidates per Lease in the leases section")
+	fs.DurationVar(&o.leasesWindow, "leases-window", 30*time.Second, "steady-state window per kind in the leases section")
+	fs.DurationVar(&o.leasesSettle, "leases-settle", 15*time.Second, "wait after every Lease is held, before the leases section's window")
+	fs.IntVar(&o.leasesTrials, "leases-trials", 20, "handoffs per kind in the leases section (each on another Lease)")
+	fs.IntVar(&o.idleConns, "idle-conns", 1000, "idle connections opened to the sidecar in the idleconns section")
+	fs.Float64Var(&o.idleRate, "idle-rate", 1000, "fixed /token request rate (req/s) of the idleconns section's client")
 	fs.StringVar(&o.out, "out", "results", "directory for the Markdown, JSON and PNG results")
 	fs.StringVar(&o.png, "png", "", "also write the handoff plot here (e.g. docs/benchmarks.png)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the candidates' logs (kept anyway when a section fails)")
 	fs.BoolVar(&o.verbose, "v", false, "echo every candidate's log lines")
 	fs.BoolVar(&o.skipBaseline, "skip-baseline", false, "run elector-sidecar only (to compare a patched core, with ELECTOR_SIDECAR_BINARY, against an earlier run)")
-	fs.BoolVar(&o.quick, "quick", false, "development run: 10 trials, 10 s windows, 10 s footprint wait, 1 localapi repeat, scale 10 only (explicit flags win)")
+	fs.BoolVar(&o.quick, "quick", false, "development run: 10 trials, 10 s windows, 10 s footprint wait, 1 localapi repeat, scale 10 only, 100 Leases (explicit flags win)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -115,6 +137,10 @@ func parseFlags(args []string) (*options, error) {
 			"fence-duration":     func() { o.fenceDuration = 2 * time.Second },
 			"push-rounds":        func() { o.pushRounds = 10 },
 			"push-fanout-rounds": func() { o.pushFanRounds = 3 },
+			"leases":             func() { o.leases = 100 },
+			"leases-window":      func() { o.leasesWindow = 10 * time.Second },
+			"leases-settle":      func() { o.leasesSettle = 5 * time.Second },
+			"leases-trials":      func() { o.leasesTrials = 5 },
 		}
 		for name, f := range quick {
 			if !set[name] {
@@ -156,6 +182,12 @@ func parseFlags(args []string) (*options, error) {
 	if o.pushWatchers > 1024 {
 		return nil, errors.New("--push-watchers: at most 1024 (the sidecar's cap on streams and long-polls; one more gets a 503)")
 	}
+	if o.leases < 1 || o.leasesCandidates < 2 || o.leasesTrials < 1 || o.idleConns < 1 || o.idleRate <= 0 {
+		return nil, errors.New("--leases, --leases-trials and --idle-conns must be >= 1, --leases-candidates >= 2, --idle-rate > 0")
+	}
+	if o.leasesWindow < 2*time.Second || o.leasesSettle < 0 {
+		return nil, errors.New("--leases-window must be at least 2s, --leases-settle not negative")
+	}
 	if o.fenceDuration < time.Second {
 		return nil, errors.New("--fence-duration must be at least 1s")
 	}
@@ -172,6 +204,13 @@ func main() {
 		_ = fs.Parse(os.Args[2:])
 		if err := serveBare(*addr); err != nil {
 			fmt.Fprintln(os.Stderr, "bare-server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "lease-host" {
+		if err := runLeaseHost(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "lease-host:", err)
 			os.Exit(1)
 		}
 		return
@@ -402,9 +441,33 @@ func run(ctx context.Context, o *options) error {
 			return err
 		})
 
+	section("leases", "9. Many Leases: one candidate group per Lease on one apiserver",
+		fmt.Sprintf("%d Leases x %d candidates per kind, default timings %s; simulated: every candidate of a kind in one `elector-bench lease-host` process, each with its own client and TCP+TLS connection (ours: a pkg/election Elector built as the sidecar builds it, without its local API; client-go: a LeaderElector on a LeaseLock with ReleaseOnCancel); the kinds one after the other, each in a fresh namespace; after every Lease is held and %v more, a %v window: apiserver_request_total for leases by verb, CPU from /proc/PID/stat and RSS from /proc/PID/status; then %d handoffs on different Leases, one at a time: the leader's Run context is cancelled (it releases, as on SIGTERM), latency until the bench's informer sees another candidate of the group hold the Lease",
+			o.leases, o.leasesCandidates, fmtTimings(handoffT), o.leasesSettle, o.leasesWindow, o.leasesTrials), "client-go",
+		func(s *Section) error {
+			r, err := e.runLeases(ctx, o)
+			s.Data = r
+			if r != nil {
+				s.Rows = leasesRows(r)
+			}
+			return err
+		})
+
+	section("idleconns", fmt.Sprintf("10. Idle connections: /token for others with %d idle connections open", o.idleConns),
+		fmt.Sprintf("one leading sidecar; a client on %d keep-alive connections at a fixed %.0f req/s (latency from writing the request to reading the response) measures GET /token with nothing else connected, with %d keep-alive connections that made one request and went idle, and with %d connections that never send a byte (run cut to %v, before ReadHeaderTimeout); measured %v after the idle connections are open; %d repeats interleaved, %v per run (median and min–max shown); then the silent connections closed by the server are counted",
+			idleClientConns, o.idleRate, o.idleConns, o.idleConns, idleSilentDuration(o.fixedDur), idleSettle, o.repeats, o.fixedDur), "no idle connections",
+		func(s *Section) error {
+			r, err := e.runIdleConns(ctx, o)
+			s.Data = r
+			if r != nil {
+				s.Rows = r.rows()
+			}
+			return err
+		})
+
 	rep.Seconds = time.Since(started).Seconds()
 	// Print in section order (they run in another order to share time).
-	sort.SliceStable(rep.Sections, func(i, j int) bool { return rep.Sections[i].Title < rep.Sections[j].Title })
+	sort.SliceStable(rep.Sections, func(i, j int) bool { return sectionLess(rep.Sections[i].Title, rep.Sections[j].Title) })
 	rep.printText(os.Stdout)
 
 	base := filepath.Join(o.out, "bench-"+stamp)
@@ -469,10 +532,7 @@ func run(ctx context.Context, o *options) error {
 }
 
 func commandLine() string {
-	args := []string{"elector-bench"}
-	for _, a := range os.Args[1:] {
-		args = append(args, a)
-	}
+	args := append([]string{"elector-bench"}, os.Args[1:]...)
 	if c := os.Getenv("ELECTOR_BENCH_COMMAND"); c != "" {
 		return c
 	}

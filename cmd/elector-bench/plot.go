@@ -130,7 +130,7 @@ func writeCDFPlot(path, title string, series []Series) error {
 		return err
 	}
 	if err := png.Encode(f, img); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

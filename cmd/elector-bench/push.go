@@ -184,7 +184,7 @@ func runWatchClient(ctx context.Context, base string, ac *appClient) {
 		if resp.StatusCode == http.StatusOK {
 			_ = readSSE(resp.Body, func(at time.Time, data []byte) { _ = ac.record(at, data) })
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		pause(ctx, 50*time.Millisecond)
 	}
 }
@@ -230,7 +230,7 @@ func runLongPollClient(ctx context.Context, base string, ac *appClient) {
 		}
 		body, err := io.ReadAll(resp.Body)
 		at := time.Now()
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		switch {
 		case err != nil:
 			etag = ""
@@ -256,7 +256,7 @@ func runPollClient(ctx context.Context, base string, period time.Duration, ac *a
 		if resp, err := hc.Do(req); err == nil {
 			body, err := io.ReadAll(resp.Body)
 			at := time.Now()
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if err == nil && resp.StatusCode == http.StatusOK {
 				_ = ac.record(at, body)
 			}
@@ -721,7 +721,7 @@ func readSidecarMem(ctx context.Context, c *framework.Candidate) (SidecarMem, er
 	if err != nil {
 		return m, fmt.Errorf("%s /metrics: %w", c.Instance, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return m, err
@@ -742,7 +742,7 @@ func releaseFor(ctx context.Context, c *framework.Candidate, d time.Duration) er
 	if err != nil {
 		return fmt.Errorf("POST /release?for=%s: %w", d, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusNoContent {
 		b, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("POST /release?for=%s: %d %s", d, resp.StatusCode, b)
@@ -814,7 +814,7 @@ func (e *env) runFanout(ctx context.Context, o *options, t framework.Timings) (*
 			<-sem
 			if err == nil && resp.StatusCode != http.StatusOK {
 				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 				err = fmt.Errorf("GET /watch: %d %s", resp.StatusCode, bytes.TrimSpace(b))
 			}
 			if err != nil {
@@ -823,7 +823,7 @@ func (e *env) runFanout(ctx context.Context, o *options, t framework.Timings) (*
 				w.mu.Unlock()
 				return
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			err = readSSE(resp.Body, func(at time.Time, data []byte) {
 				d := append([]byte(nil), data...)
 				w.mu.Lock()

@@ -120,7 +120,7 @@ func (r *Report) printText(w io.Writer) {
 		for _, row := range s.Rows {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", row.Metric, row.Ours, row.Baseline, row.Ratio, row.Goal, row.Met)
 		}
-		tw.Flush()
+		_ = tw.Flush()
 		for _, n := range s.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -27,12 +28,81 @@ type LocalAPIResult struct {
 	Rate    float64      `json:"fixedRateRps"`
 	Runs    []LoadResult `json:"runs"`
 	Targets []string     `json:"targets"`
+	// Handlers: pkg/localapi's BenchmarkLocalAPI* (the handlers alone,
+	// testing.B with -benchmem), by name: BareHandler, Leader,
+	// LeaderNotModified, Token.
+	Handlers map[string]HandlerCost `json:"handlerBenchmarks,omitempty"`
+}
+
+// HandlerCost is one Go benchmark's figures per request.
+type HandlerCost struct {
+	NsPerOp     float64 `json:"nsPerOp"`
+	BytesPerOp  float64 `json:"bytesPerOp"`
+	AllocsPerOp float64 `json:"allocsPerOp"`
+}
+
+// benchHandlers runs pkg/localapi's handler benchmarks in the repository.
+func benchHandlers(ctx context.Context) (map[string]HandlerCost, error) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^BenchmarkLocalAPI", "-benchmem", "-benchtime", "20000x", "-count", "1", "./pkg/localapi")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("go test -bench ./pkg/localapi: %w\n%s", err, out)
+	}
+	res := parseBenchOutput(out)
+	if len(res) == 0 {
+		return nil, fmt.Errorf("go test -bench ./pkg/localapi: no BenchmarkLocalAPI results in:\n%s", out)
+	}
+	return res, nil
+}
+
+// parseBenchOutput reads `go test -bench -benchmem` lines of
+// BenchmarkLocalAPI<Name>[-N].
+func parseBenchOutput(b []byte) map[string]HandlerCost {
+	res := map[string]HandlerCost{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkLocalAPI") {
+			continue
+		}
+		name := strings.TrimPrefix(f[0], "BenchmarkLocalAPI")
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			name = name[:i]
+		}
+		var c HandlerCost
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				c.NsPerOp = v
+			case "B/op":
+				c.BytesPerOp = v
+			case "allocs/op":
+				c.AllocsPerOp = v
+			}
+		}
+		res[name] = c
+	}
+	return res
 }
 
 type loadTarget struct{ name, addr, path string }
 
 func (e *env) runLocalAPI(ctx context.Context, o *options) (*LocalAPIResult, error) {
 	res := &LocalAPIResult{Conns: o.conns, Rate: o.rate}
+	e.progress("    go test -bench BenchmarkLocalAPI ./pkg/localapi (allocations per request)")
+	h, err := benchHandlers(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Handlers = h
 	// The sidecar under load leads its own Lease (so /token answers 200).
 	p, _, err := e.startPool(ctx, sc, "bench-localapi", framework.Timings{}, 1)
 	if p != nil {
@@ -89,7 +159,7 @@ func waitDial(addr string, timeout time.Duration) error {
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
-			c.Close()
+			_ = c.Close()
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -145,6 +215,19 @@ func (r *LocalAPIResult) rows() []Row {
 			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: p99 from the scheduled send (incl. load-generator timer lateness)", t, r.Rate), Ours: fmtMsSpread(os99), Baseline: fmtMsSpread(bs99), Ratio: ratio(os99.Median, bs99.Median)},
 			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: achieved rate", t, r.Rate), Ours: fmtRateSpread(ach), Baseline: fmtRateSpread(bach), Ratio: ratio(ach.Median, bach.Median)},
 		)
+	}
+	if b, ok := r.Handlers["BareHandler"]; ok {
+		for _, t := range []struct{ path, name string }{{"/leader", "Leader"}, {"/leader (304, If-None-Match)", "LeaderNotModified"}, {"/token", "Token"}} {
+			o, ok := r.Handlers[t.name]
+			if !ok {
+				continue
+			}
+			rows = append(rows, Row{
+				Metric: fmt.Sprintf("GET %s: allocations (bytes) per request, the handler alone (go test -bench BenchmarkLocalAPI%s -benchmem)", t.path, t.name),
+				Ours:   fmt.Sprintf("%.0f (%.0f B)", o.AllocsPerOp, o.BytesPerOp), Baseline: fmt.Sprintf("%.0f (%.0f B)", b.AllocsPerOp, b.BytesPerOp),
+				Ratio: ratio(o.AllocsPerOp, b.AllocsPerOp), Goal: "≤ bare", Met: verdict(o.AllocsPerOp <= b.AllocsPerOp),
+			})
+		}
 	}
 	return rows
 }
@@ -277,7 +360,7 @@ func procStatus(pid int) (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	out := map[string]int64{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -402,6 +485,14 @@ func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
 	return out, nil
 }
 
+// scaleGoals are issue 12's, by candidates: SIGTERM handoff p50 and p99
+// (ms) and the median Lease writes per handoff (0: none).
+var scaleGoals = map[int]struct{ p50, p99, writes float64 }{
+	3:   {p50: 12},
+	10:  {p50: 20},
+	100: {p50: 30, p99: 100, writes: 10},
+}
+
 func scaleRows(points []*ScalePoint) []Row {
 	find := func(kind framework.CandidateKind, n int) *ScalePoint {
 		for _, p := range points {
@@ -430,9 +521,22 @@ func scaleRows(points []*ScalePoint) []Row {
 		}
 		first := len(rows)
 		ol, bl := o.Handoffs.Latency, b.Handoffs.Latency
-		rows = append(rows,
-			Row{Metric: fmt.Sprintf("%d candidates: handoff p50 (SIGTERM, n=%d)", n, ol.N), Ours: fmtMs(ol.P50), Baseline: fmtMs(bl.P50), Ratio: ratio(ol.P50, bl.P50)},
-			Row{Metric: fmt.Sprintf("%d candidates: handoff p99 (max of n=%d)", n, ol.N), Ours: fmtMs(ol.P99), Baseline: fmtMs(bl.P99), Ratio: ratio(ol.P99, bl.P99)},
+		ow, bw := NewSpread(o.Handoffs.Writes), NewSpread(b.Handoffs.Writes)
+		g := scaleGoals[n]
+		p50 := Row{Metric: fmt.Sprintf("%d candidates: handoff p50 (SIGTERM, n=%d)", n, ol.N), Ours: fmtMs(ol.P50), Baseline: fmtMs(bl.P50), Ratio: ratio(ol.P50, bl.P50)}
+		p99 := Row{Metric: fmt.Sprintf("%d candidates: handoff p99 (max of n=%d)", n, ol.N), Ours: fmtMs(ol.P99), Baseline: fmtMs(bl.P99), Ratio: ratio(ol.P99, bl.P99)}
+		writes := Row{Metric: fmt.Sprintf("%d candidates: Lease writes per handoff, median (min–max): PUT and POST, any status, incl. the release and the apiserver's own", n),
+			Ours: fmtRateSpread(ow), Baseline: fmtRateSpread(bw), Ratio: ratio(ow.Median, bw.Median)}
+		if g.p50 > 0 && ol.N > 0 {
+			p50.Goal, p50.Met = "≤ "+fmtMs(g.p50), verdict(ol.P50 <= g.p50)
+		}
+		if g.p99 > 0 && ol.N > 0 {
+			p99.Goal, p99.Met = "≤ "+fmtMs(g.p99), verdict(ol.P99 <= g.p99)
+		}
+		if g.writes > 0 && ow.N > 0 {
+			writes.Goal, writes.Met = fmt.Sprintf("≤ %.0f", g.writes), verdict(ow.Median <= g.writes)
+		}
+		rows = append(rows, p50, p99, writes,
 			Row{Metric: fmt.Sprintf("%d candidates: Lease requests/s, all candidates, steady state (sub-window min–max)", n),
 				Ours: fmtRate(o.Steady), Baseline: fmtRate(b.Steady), Ratio: ratio(o.Steady.PerSecond.total(), b.Steady.PerSecond.total())},
 			Row{Metric: fmt.Sprintf("%d candidates: by verb, req/s", n), Ours: o.Steady.PerSecond.String(), Baseline: b.Steady.PerSecond.String()},
