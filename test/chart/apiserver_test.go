@@ -281,7 +281,7 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String()
 }
 
@@ -366,7 +366,7 @@ func (p *sidecarProc) leader() (localapi.LeaderResponse, error) {
 	if err != nil {
 		return s, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return s, fmt.Errorf("GET /leader: %s", resp.Status)
 	}
@@ -460,7 +460,7 @@ func testSidecarsWithChartRBAC(t *testing.T, c *cluster) {
 			if err != nil {
 				return err
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			if resp.StatusCode < 200 || resp.StatusCode >= 400 { // the kubelet's rule
 				return fmt.Errorf("GET %s: %s", url, resp.Status)
 			}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 
 	"helm.sh/helm/v4/pkg/action"
@@ -226,5 +225,3 @@ func readFile(t testing.TB, path string) string {
 	}
 	return string(b)
 }
-
-func contains(haystack, needle string) bool { return strings.Contains(haystack, needle) }

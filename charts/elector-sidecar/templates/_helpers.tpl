@@ -341,15 +341,13 @@ elector-sidecar.containerSpec: the sidecar container (a list item), without rest
   {{- end }}
   env:
     {{- include "elector-sidecar.env" . | nindent 4 }}
+  {{- /* The local API (sidecar.httpPort) listens on 127.0.0.1 only: no container port for it. */}}
+  {{- if .Values.metrics.enabled }}
   ports:
-    - name: http
-      containerPort: {{ .Values.sidecar.httpPort }}
-      protocol: TCP
-    {{- if .Values.metrics.enabled }}
     - name: metrics
       containerPort: {{ .Values.metrics.port }}
       protocol: TCP
-    {{- end }}
+  {{- end }}
   {{- if ne .Values.sidecar.probes.mode "none" }}
   startupProbe:
     {{- include "elector-sidecar.probe" (list . "/readyz" .Values.sidecar.probes.startup) | trim | nindent 4 }}
@@ -476,10 +474,10 @@ rules:
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
     verbs: ["create"]
-  # Leadership change events (create, and patch for repeated events).
-  - apiGroups: ["", "events.k8s.io"]
+  # Leadership change events on the Lease (core/v1; each is created once, never patched: pkg/kubeclient's recorder).
+  - apiGroups: [""]
     resources: ["events"]
-    verbs: ["create", "patch"]
+    verbs: ["create"]
   {{- if include "elector-sidecar.demoStore" . }}
   # The demo app's fenced store: a ConfigMap the chart creates (templates/demostore.yaml) and the app
   # updates with compare-and-swap. No create: the app must not recreate its fence state if it is deleted.
