@@ -34,8 +34,12 @@ test-e2e: ## e2e suite in real pods on the local single-node cluster (root; buil
 	hack/test.sh e2e
 
 .PHONY: verify
-verify: ## gofmt and go vet of every module, shellcheck of every script.
+verify: ## gofmt and go vet of every module, shellcheck of every script, golangci-lint (hack/verify.sh).
 	hack/verify.sh
+
+.PHONY: lint
+lint: ## golangci-lint of every Go module with .golangci.yml (hack/golangci-lint.sh; builds the linter once).
+	hack/golangci-lint.sh
 
 .PHONY: build
 build: ## Build bin/elector-sidecar, bin/elector-demo (static, as in the Dockerfile) and bin/kubectl-elector.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Static checks: gofmt and go vet of every Go module in the repo, shellcheck of every shell script
-# (installed from Debian if missing, hack/install-deps.sh lint).
+# (installed from Debian if missing, hack/install-deps.sh lint), golangci-lint of every Go module
+# (built from the Go module proxy once, hack/golangci-lint.sh).
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -32,3 +33,5 @@ while IFS= read -r -d '' f; do
 done < <(git ls-files -z)
 shellcheck -x "${scripts[@]}" || die "shellcheck found problems in the scripts above"
 log "shellcheck: clean in ${#scripts[@]} scripts"
+
+hack/golangci-lint.sh

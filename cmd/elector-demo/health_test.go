@@ -22,7 +22,7 @@ func TestHealthEndpointSwitches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var body healthResponse
 		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 			t.Fatal(err)
@@ -38,7 +38,7 @@ func TestHealthEndpointSwitches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode != want {
 			t.Fatalf("%s /health%s = %d, want %d", method, query, resp.StatusCode, want)
 		}
@@ -91,7 +91,7 @@ func TestHealthCommandSwitchesARunningWriter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
 	if s := status(); s != 200 {

@@ -70,7 +70,7 @@ func Probe(args []string, env Env, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "elector-sidecar probe: %v\n", err)
 		return 1
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(stdout, io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		fmt.Fprintf(stderr, "elector-sidecar probe: %s answered %s\n", path, resp.Status)

@@ -281,7 +281,7 @@ func TestFailedOnChangeIsRetriedAfterNextProbe(t *testing.T) {
 	_ = f.step(t, s, "200")
 	f.callErr = nil
 	_ = f.step(t, s, "200")
-	f.step(t, s, "200")
+	_ = f.step(t, s, "200")
 	if len(f.calls) != 3 {
 		t.Fatalf("OnChange calls %+v, want the healthy call three times (two failed)", f.calls)
 	}
@@ -293,14 +293,14 @@ func TestFailedOnChangeIsRetriedAfterNextProbe(t *testing.T) {
 	// Fails once for the unhealthy change; then the app recovers before the
 	// retry: only the newer change is delivered.
 	f.callErr = errors.New("release not processed")
-	f.step(t, s, "503")
+	_ = f.step(t, s, "503")
 	f.callErr = nil
-	f.step(t, s, "200")
+	_ = f.step(t, s, "200")
 	got := f.calls[3:]
 	if len(got) != 2 || got[0].healthy || !got[1].healthy {
 		t.Fatalf("OnChange calls after the flip %+v, want (false, ...) then (true, ...)", got)
 	}
-	f.step(t, s, "200")
+	_ = f.step(t, s, "200")
 	if len(f.calls) != 5 {
 		t.Fatalf("OnChange called again without a change: %+v", f.calls[5:])
 	}

@@ -261,7 +261,7 @@ func (c *Client) Leader(ctx context.Context) (localapi.LeaderResponse, error) {
 	if err != nil {
 		return r, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/leader", http.StatusOK); err != nil {
 		return r, err
 	}
@@ -280,7 +280,7 @@ func (c *Client) Token(ctx context.Context) (Token, error) {
 	if err != nil {
 		return t, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/token", http.StatusOK); err != nil {
 		return t, err
 	}
@@ -316,7 +316,7 @@ func (c *Client) Release(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/release", http.StatusNoContent, http.StatusOK); err != nil {
 		return err
 	}

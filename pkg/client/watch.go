@@ -162,7 +162,7 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 	if err != nil {
 		return false, w.streamErr(err, &idled)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/watch", http.StatusOK); err != nil {
 		return false, err
 	}
@@ -244,7 +244,7 @@ func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/leader", http.StatusOK, http.StatusNotModified); err != nil {
 		var se *StatusError
 		if errors.As(err, &se) && se.StatusCode == http.StatusBadRequest && strings.Contains(se.Message, "wait") {
@@ -266,7 +266,7 @@ func (w *watcher) poll(ctx context.Context) (answered bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/leader", http.StatusOK); err != nil {
 		return false, err
 	}

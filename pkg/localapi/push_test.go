@@ -89,7 +89,7 @@ func openWatch(t *testing.T, client *http.Client, url string, hdr map[string]str
 	}
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		cancel()
 		t.Fatalf("GET /watch: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
@@ -109,7 +109,7 @@ func openWatch(t *testing.T, client *http.Client, url string, hdr map[string]str
 // close hangs up and waits for the reader to finish.
 func (s *stream) close() {
 	s.cancel()
-	s.resp.Body.Close()
+	_ = s.resp.Body.Close()
 	for range s.lines {
 	}
 }
@@ -387,7 +387,7 @@ func longPoll(ctx context.Context, client *http.Client, url, wait, ifNoneMatch s
 			out <- pollAnswer{err: err}
 			return
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, err := io.ReadAll(resp.Body)
 		out <- pollAnswer{code: resp.StatusCode, etag: resp.Header.Get("ETag"), body: string(b), err: err}
 	}()
@@ -520,7 +520,7 @@ func TestWatchersAndLongPollsBeyondTheLimitGet503(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var e ErrorResponse
 		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || json.NewDecoder(resp.Body).Decode(&e) != nil ||
 			!strings.Contains(e.Error, "too many watchers and long-polls (2 at most)") {
@@ -540,7 +540,7 @@ func TestWatchersAndLongPollsBeyondTheLimitGet503(t *testing.T) {
 	if resp, err := client.Get(url + "/leader?wait=1m"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("a long-poll that need not wait: %v %v", resp, err)
 	} else {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	// A slot frees when a waiter ends.
 	el.set(nobody)
@@ -567,7 +567,7 @@ func TestSlowWatcherNeverBlocksTheLoopOrOtherWatchers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	if _, err := fmt.Fprintf(conn, "GET /watch HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ func getToken(t *testing.T, addr string) int64 {
 	if err != nil {
 		t.Fatalf("GET /token: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var tok TokenResponse
 	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /token: %d (%v)", resp.StatusCode, err)
@@ -143,7 +143,7 @@ func TestSlowlorisIsCutOffByReadHeaderTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	// One byte of an endless header every few milliseconds, until the
 	// server hangs up.
 	stop := make(chan struct{})
@@ -209,7 +209,7 @@ func TestTooLargeBodyIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer resp.Body.Close()
+			defer func() { _ = resp.Body.Close() }()
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != tt.wantCode {
 				t.Fatalf("%d, want %d: %s", resp.StatusCode, tt.wantCode, body)
@@ -242,12 +242,12 @@ func TestLimitListenerCloseEndsAWaitingAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 	first, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer first.Close()
+	defer func() { _ = first.Close() }()
 	errc := make(chan error, 1)
 	go func() {
 		c, err := ln.Accept() // waits: the one slot is taken
@@ -268,7 +268,7 @@ func TestLimitListenerFreesTheSlotOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln := LimitListener(inner, 1)
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	for i := range 3 { // one at a time, each after the last closed (twice)
 		client, err := net.Dial("tcp", inner.Addr().String())
 		if err != nil {
@@ -301,7 +301,7 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(waitFor))
 	// net/http allows 4 KiB of slack over MaxHeaderBytes.
 	big := strings.Repeat("a", MaxHeaderBytes+8<<10)
@@ -311,12 +311,12 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 		_, _ = fmt.Fprintf(c, "GET /token HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", big)
 	}()
 	defer func() { <-wrote }()
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Fatalf("%d, want 431", resp.StatusCode)
 	}

@@ -134,7 +134,7 @@ func (r *release) followLogs(ctx context.Context, pod, container string) (*logSt
 	s := &logStream{done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		defer rc.Close()
+		defer func() { _ = rc.Close() }()
 		sc := bufio.NewScanner(rc)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -191,8 +191,8 @@ func TestLeaderPodDeletionHandsOver(t *testing.T) {
 	scFile, errS := openHostLog(r.ns, leader, sidecarName, hostContainerID(pod, sidecarName))
 	hostLogs := errA == nil && errS == nil
 	if hostLogs {
-		defer appFile.Close()
-		defer scFile.Close()
+		defer func() { _ = appFile.Close() }()
+		defer func() { _ = scFile.Close() }()
 	} else {
 		t.Logf("container log files not on this host (%v, %v): using the log streams, which may miss the last lines", errA, errS)
 	}
@@ -882,7 +882,7 @@ func (r *release) followSidecars(ctx context.Context, t *testing.T) *sidecarLogs
 		}
 		if f, err := openHostLog(r.ns, p.Name, sidecarName, hostContainerID(p, sidecarName)); err == nil {
 			sl.files[p.Name] = f
-			t.Cleanup(func() { f.Close() })
+			t.Cleanup(func() { _ = f.Close() })
 		} else if s, err := r.followLogs(ctx, p.Name, sidecarName); err == nil {
 			sl.streams[p.Name] = s
 		}

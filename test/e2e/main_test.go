@@ -65,7 +65,7 @@ func TestMain(m *testing.M) {
 	suite = c
 	code := m.Run()
 	printTimings()
-	os.RemoveAll(c.helmHome)
+	_ = os.RemoveAll(c.helmHome)
 	os.Exit(code)
 }
 

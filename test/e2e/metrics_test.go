@@ -75,7 +75,7 @@ func scrape(ctx context.Context, addr string) (labels string, value float64, bui
 	if err != nil {
 		return "", 0, false, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return "", 0, false, err

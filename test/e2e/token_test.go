@@ -165,13 +165,13 @@ app:
 			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != want || (path == "/metrics" && !strings.Contains(string(body), "elector_is_leader{")) {
 			t.Errorf("%s %s on %s's diagnostics port: %d %.200q, want %d", method, path, leader, resp.StatusCode, body, want)
 		}
 	}
 	if c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "4040"), 3*time.Second); err == nil {
-		c.Close()
+		_ = c.Close()
 		t.Errorf("the local API port 4040 answers on the pod IP %s; want it on 127.0.0.1 only", ip)
 	}
 	if a := r.api(ctx, leader, "/token"); a.err != nil || a.status != 200 || a.token.Token != token {

@@ -177,7 +177,7 @@ func lateWriteScenario(t *testing.T, name, workerPrefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer func() { _ = conn.Close(context.Background()) }()
 
 	ns, err := env.cp.CreateNamespace(ctx, "ex-"+name)
 	if err != nil {

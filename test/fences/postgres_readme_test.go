@@ -88,7 +88,7 @@ func TestPostgresReadmeSnippetsRunAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	state := func() string {
 		t.Helper()
 		var s string

@@ -434,7 +434,7 @@ func TestPostgresSerializableFailuresAreRetriedOrReturnedAndCommitNothing(t *tes
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tx.Rollback(ctx)
+		defer func() { _ = tx.Rollback(ctx) }()
 		if _, err := tx.Exec(ctx, "SELECT count(*) FROM elector_fence"); err != nil { // takes the snapshot
 			t.Fatal(err)
 		}

@@ -98,7 +98,7 @@ func (c *APIClient) Token(ctx context.Context) TokenResult {
 		return r
 	}
 	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	r.Received = time.Now()
 	r.Status = resp.StatusCode
 	if err != nil {
@@ -137,7 +137,7 @@ func (c *APIClient) TokenText(ctx context.Context) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
 }
@@ -168,7 +168,7 @@ func (c *APIClient) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("POST /release: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusNoContent {
 		b, _ := io.ReadAll(resp.Body)
 		return fmt.Errorf("POST /release: status %d: %s", resp.StatusCode, b)
@@ -191,7 +191,7 @@ func (c *APIClient) get(ctx context.Context, path string) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("GET %s: %w", path, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return resp.StatusCode, nil, fmt.Errorf("GET %s: read body: %w", path, err)

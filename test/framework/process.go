@@ -92,7 +92,7 @@ func StartProcess(spec ProcessSpec) (*Process, error) {
 			}
 		}
 		p.mu.Unlock()
-		lf.Close()
+		_ = lf.Close()
 		close(p.done)
 	}()
 	return p, nil

@@ -29,7 +29,7 @@ func echoServer(t *testing.T) string {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				r := bufio.NewReader(c)
 				for {
 					line, err := r.ReadString('\n')
@@ -148,7 +148,7 @@ func TestTCPProxyCloseEndsHeldConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	// Close must not hang on the held connection.
 	done := make(chan error, 1)
 	go func() { done <- p.Close() }()

@@ -80,7 +80,7 @@ func metric(ctx context.Context, c *framework.Candidate, name string) (float64, 
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, err

@@ -53,7 +53,7 @@ func TestHTTPEndpointServesOnlyProbesAndMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, url, err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body), resp.Header.Get("Content-Type")
 	}

@@ -91,7 +91,7 @@ func TestUnreachableAPIServer(t *testing.T) {
 			if err != nil {
 				return
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 		}
 	}()
 	for _, tc := range []struct{ name, addr string }{{"refused", refused}, {"blackhole", hole.Addr().String()}} {

@@ -141,7 +141,7 @@ func scrape(t *testing.T, ctx context.Context, c *framework.Candidate) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("%s /metrics: %d %v", c, resp.StatusCode, err)

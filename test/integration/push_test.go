@@ -47,7 +47,7 @@ func startWatch(t *testing.T, ctx context.Context, c *framework.Candidate) *watc
 	}
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		t.Fatalf("GET %s/watch: %d %s", c.Instance, resp.StatusCode, b)
 	}
 	w := &watchClient{name: c.Instance, events: make(chan leaderEvent, 1024), errc: make(chan error, 1)}
@@ -55,7 +55,7 @@ func startWatch(t *testing.T, ctx context.Context, c *framework.Candidate) *watc
 	go func() {
 		defer close(done)
 		defer close(w.events)
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		sc := bufio.NewScanner(resp.Body)
 		var id string
 		for sc.Scan() {
@@ -74,7 +74,7 @@ func startWatch(t *testing.T, ctx context.Context, c *framework.Candidate) *watc
 		}
 	}()
 	t.Cleanup(func() {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		<-done
 	})
 	return w
@@ -226,7 +226,7 @@ func TestLongPollOnAFollowerReturnsOnALeaderChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	etag := resp.Header.Get("ETag")
 
 	type result struct {
@@ -245,7 +245,7 @@ func TestLongPollOnAFollowerReturnsOnALeaderChange(t *testing.T) {
 			done <- result{err: err}
 			return
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		r := result{code: resp.StatusCode, etag: resp.Header.Get("ETag"), at: time.Now()}
 		r.err = json.NewDecoder(resp.Body).Decode(&r.body)
 		done <- r

@@ -215,7 +215,7 @@ func TestOldClientWithoutUID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var body map[string]any
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		return resp.StatusCode, body
