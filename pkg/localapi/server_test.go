@@ -38,24 +38,13 @@ func startLimited(t *testing.T, h http.Handler, maxConns int, adjust func(*http.
 	}
 	ls := &limitedServer{addr: ln.Addr().String()}
 	srv := NewServer(ls.addr, h)
-	srv.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			ls.accepted.Add(1)
-			n := ls.open.Add(1)
-			for m := ls.maxOpen.Load(); n > m && !ls.maxOpen.CompareAndSwap(m, n); m = ls.maxOpen.Load() {
-			}
-		case http.StateClosed, http.StateHijacked:
-			ls.open.Add(-1)
-		}
-	}
 	if adjust != nil {
 		adjust(srv)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = srv.Serve(LimitListener(ln, maxConns))
+		_ = srv.Serve(&countingListener{Listener: LimitListener(ln, maxConns), ls: ls})
 	}()
 	t.Cleanup(func() {
 		_ = srv.Close()
@@ -65,6 +54,38 @@ func startLimited(t *testing.T, h http.Handler, maxConns int, adjust func(*http.
 		eventually(t, "the server's connections to end", func() bool { return ls.open.Load() == 0 })
 	})
 	return ls
+}
+
+// countingListener counts the connections the limited listener hands out
+// and that are not closed yet. A connection leaves the count before its
+// Close frees its slot (http.Server's ConnState hook runs after Close, so a
+// count kept there can see the next connection before the last one left).
+type countingListener struct {
+	net.Listener
+	ls *limitedServer
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.ls.accepted.Add(1)
+	n := l.ls.open.Add(1)
+	for m := l.ls.maxOpen.Load(); n > m && !l.ls.maxOpen.CompareAndSwap(m, n); m = l.ls.maxOpen.Load() {
+	}
+	return &countedConn{Conn: c, ls: l.ls}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	ls   *limitedServer
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.ls.open.Add(-1) })
+	return c.Conn.Close()
 }
 
 // dialIdle opens n connections to addr that never send a byte; they are
