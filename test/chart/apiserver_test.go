@@ -217,11 +217,18 @@ func saKubeconfig(t *testing.T, c *cluster, ns, sa string) string {
 	if err != nil {
 		t.Fatalf("TokenRequest for %s/%s: %v", ns, sa, err)
 	}
+	return writeKubeconfig(t, c, "sa", &clientcmdapi.AuthInfo{Token: tr.Status.Token}, ns)
+}
+
+// writeKubeconfig writes a kubeconfig for the test apiserver with one user (as name) and
+// ns as the default namespace, and returns its path.
+func writeKubeconfig(t *testing.T, c *cluster, name string, user *clientcmdapi.AuthInfo, ns string) string {
+	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: c.cfg.Host, CertificateAuthorityData: c.cfg.CAData}
-	kc.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["sa"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "sa", Namespace: ns}
-	kc.CurrentContext = "sa"
+	kc.AuthInfos[name] = user
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: name, Namespace: ns}
+	kc.CurrentContext = name
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		t.Fatal(err)

@@ -154,16 +154,7 @@ func helmUpgrade(t *testing.T, cfg *rest.Config, ns, name string, set []string) 
 // adminKubeconfig writes a kubeconfig for c's cluster admin (envtest's client certificate).
 func adminKubeconfig(t *testing.T, c *cluster, ns string) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: c.cfg.Host, CertificateAuthorityData: c.cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.cfg.CertData, ClientKeyData: c.cfg.KeyData, Token: c.cfg.BearerToken}
-	kc.Contexts["admin"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin", Namespace: ns}
-	kc.CurrentContext = "admin"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeKubeconfig(t, c, "admin", &clientcmdapi.AuthInfo{ClientCertificateData: c.cfg.CertData, ClientKeyData: c.cfg.KeyData, Token: c.cfg.BearerToken}, ns)
 }
 
 // guardCommand returns the shell commands NOTES.txt prints for the cluster admin: from the
