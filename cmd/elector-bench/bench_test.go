@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"image/color"
+	"image/png"
 	"math"
 	"net"
 	"net/http"
@@ -124,21 +126,46 @@ PASS
 	}
 }
 
-func TestWriteCDFPlot(t *testing.T) {
+func TestWriteCDFPlotWritesAPNGWithEveryCurve(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "p.png")
 	err := writeCDFPlot(p, "graceful handoff latency", []Series{
-		{Label: "ours", Color: colOurs, Ms: []float64{9, 12, 15, 30}},
+		{Label: "ours", Color: colOurs, Ms: []float64{0.4, 9, 12, 15, 30}}, // 0.4: below the axis, drawn on it
 		{Label: "client-go", Color: colBase, Ms: []float64{400, 1200, 2500}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(p)
-	if err != nil || len(b) < 1000 || string(b[1:4]) != "PNG" {
-		t.Fatalf("not a PNG: %d bytes, %v", len(b), err)
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != plotWidthPx || b.Dy() != plotHeightPx {
+		t.Errorf("size %v, want %dx%d", b, plotWidthPx, plotHeightPx)
+	}
+	// Each curve (and its legend line) is drawn in its colour.
+	for _, c := range []color.RGBA{colOurs, colBase} {
+		n := 0
+		for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
+			for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
+				if color.RGBAModel.Convert(img.At(x, y)) == c {
+					n++
+				}
+			}
+		}
+		if n < 200 {
+			t.Errorf("colour %v: %d pixels, want a curve", c, n)
+		}
 	}
 	if err := writeCDFPlot(p, "x", nil); err == nil {
 		t.Error("an empty plot should fail")
+	}
+	if err := writeCDFPlot(p, "x", []Series{{Label: "zeros", Ms: []float64{0, 0}}}); err == nil {
+		t.Error("a plot of no positive latency should fail")
 	}
 }
 

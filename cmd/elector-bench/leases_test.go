@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -25,15 +24,6 @@ func TestParseProcStatCPUAddsUserAndSystemTicks(t *testing.T) {
 		if _, err := parseProcStatCPU(bad); err == nil {
 			t.Errorf("%q: want an error", bad)
 		}
-	}
-}
-
-func TestSectionLessOrdersByLeadingNumber(t *testing.T) {
-	titles := []string{"10. Idle", "2. Crash", "9. Many", "1. Graceful", "Unnumbered", "4. Local"}
-	sort.SliceStable(titles, func(i, j int) bool { return sectionLess(titles[i], titles[j]) })
-	want := []string{"1. Graceful", "2. Crash", "4. Local", "9. Many", "10. Idle", "Unnumbered"}
-	if strings.Join(titles, "|") != strings.Join(want, "|") {
-		t.Errorf("order %q, want %q", titles, want)
 	}
 }
 

@@ -21,6 +21,7 @@ type Row struct {
 	Ratio    string `json:"ratio"`
 	Goal     string `json:"goal,omitempty"`
 	Met      string `json:"met,omitempty"` // "yes", "NO", or ""
+	goal     *Goal  // the goal Goal and Met come from (goals.go)
 }
 
 // Section is one numbered part of the benchmark.
@@ -125,6 +126,13 @@ func (r *Report) printText(w io.Writer) {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
 	}
+	fmt.Fprintf(w, "\nGoals\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  section\tmetric\tgoal\tissue\tmet\n")
+	for _, g := range goals {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", g.Section, g.Metric, g.Text, g.Issue, r.goalVerdict(g))
+	}
+	_ = tw.Flush()
 	fmt.Fprintf(w, "\ntotal %.0fs\n", r.Seconds)
 }
 
@@ -154,6 +162,7 @@ func (r *Report) markdown() string {
 			}
 		}
 	}
+	fmt.Fprintf(&b, "\n#### Goals\n\n%s", goalsMarkdown(r))
 	return b.String()
 }
 

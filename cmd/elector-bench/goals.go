@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+)
+
+// Goal is one target a section's rows are judged against. Every goal lives
+// in the goals table below: the sections take their "goal" and "met"
+// columns from it, and the report prints it as the Goals table (which
+// docs/benchmarks.md carries; TestDocsListEveryGoal keeps them in step).
+type Goal struct {
+	Section string // key of the section that measures it (allSections)
+	Metric  string // what is judged
+	Text    string // the goal, as the "goal" column shows it
+	Issue   int    // the issue that set it
+	// Check judges a measurement: ours and, where the goal is relative,
+	// the baseline's figure, both in the unit the section passes.
+	Check func(ours, base float64) bool
+}
+
+// judge sets row's goal and verdict.
+func (g *Goal) judge(row *Row, ours, base float64) {
+	row.Goal, row.Met, row.goal = g.Text, verdict(g.Check(ours, base)), g
+}
+
+func atMost(limit float64) func(float64, float64) bool {
+	return func(ours, _ float64) bool { return ours <= limit }
+}
+
+func below(limit float64) func(float64, float64) bool {
+	return func(ours, _ float64) bool { return ours < limit }
+}
+
+// noWorseThanBase: ours ≤ the baseline's.
+func noWorseThanBase(ours, base float64) bool { return ours <= base }
+
+var (
+	// 1. handoff (the SIGTERM and the POST /release series)
+	goalHandoffP50 = &Goal{Section: "handoff", Metric: "graceful handoff p50 (SIGTERM, POST /release)", Text: "≤ 50 ms", Issue: 4, Check: atMost(50)}
+	goalHandoffP99 = &Goal{Section: "handoff", Metric: "graceful handoff p99 (SIGTERM, POST /release)", Text: "≤ 200 ms", Issue: 4, Check: atMost(200)}
+	// 2. failover (both definitions of the overhead)
+	goalFailoverP99 = &Goal{Section: "failover", Metric: "crash failover overhead p99", Text: "≤ 100 ms", Issue: 4, Check: atMost(100)}
+	// 3. api
+	goalAPIFollower = &Goal{Section: "api", Metric: "idle follower: Lease requests/s", Text: "≤ 0.02/s", Issue: 4, Check: atMost(0.02)}
+	// ours: the leader's Lease requests in the window minus the renews seen
+	// (one more is allowed: the window may cut a renew in two).
+	goalAPIRenew = &Goal{Section: "api", Metric: "leader: Lease requests per renew", Text: "1 write per renew", Issue: 4, Check: atMost(1)}
+	// 4. localapi
+	goalLocalMax = &Goal{Section: "localapi", Metric: "GET /leader, /token: max throughput vs a bare handler", Text: "≥ 0.70 × bare", Issue: 4,
+		Check: func(ours, base float64) bool { return ours >= base*70/100 }}
+	goalLocalP99    = &Goal{Section: "localapi", Metric: "GET /leader, /token: p99 at the fixed rate", Text: "< 1 ms", Issue: 4, Check: below(1)}
+	goalLocalAllocs = &Goal{Section: "localapi", Metric: "allocations per request, the handler alone", Text: "≤ bare", Issue: 12, Check: noWorseThanBase}
+	// 5. footprint; without a baseline (--skip-baseline) only the absolute limit is judged.
+	goalFootprintRSS = &Goal{Section: "footprint", Metric: "RSS of an idle leader and follower", Text: "≤ 20 MiB and ≤ 0.9 × client-go", Issue: 12,
+		Check: func(ours, base float64) bool { return ours <= 20<<20 && (base <= 0 || ours <= base*90/100) }}
+	goalFootprintBinary = &Goal{Section: "footprint", Metric: "binary size (static, -trimpath -s -w)", Text: "≤ 18 MiB", Issue: 12, Check: atMost(18 << 20)}
+	// 6. scale, by candidates
+	goalScaleP50At3      = &Goal{Section: "scale", Metric: "3 candidates: handoff p50", Text: "≤ 12 ms", Issue: 12, Check: atMost(12)}
+	goalScaleP50At10     = &Goal{Section: "scale", Metric: "10 candidates: handoff p50", Text: "≤ 20 ms", Issue: 12, Check: atMost(20)}
+	goalScaleP50At100    = &Goal{Section: "scale", Metric: "100 candidates: handoff p50", Text: "≤ 30 ms", Issue: 12, Check: atMost(30)}
+	goalScaleP99At100    = &Goal{Section: "scale", Metric: "100 candidates: handoff p99", Text: "≤ 100 ms", Issue: 12, Check: atMost(100)}
+	goalScaleWritesAt100 = &Goal{Section: "scale", Metric: "100 candidates: Lease writes per handoff, median", Text: "≤ 10", Issue: 12, Check: atMost(10)}
+	// 7. fence (PostgreSQL; Redis has no numeric goal)
+	goalFenceThroughput = &Goal{Section: "fence", Metric: "PostgreSQL: fenced writes/s vs unfenced", Text: "fence costs ≤ 15% throughput (ratio ≥ 0.85)", Issue: 11,
+		Check: func(ours, base float64) bool { return ours >= base*85/100 }}
+	goalFenceP99 = &Goal{Section: "fence", Metric: "PostgreSQL: p99 of one write, fenced − plain", Text: "p99 delta ≤ 0.5 ms", Issue: 11,
+		Check: func(ours, base float64) bool { return ours-base <= 0.5 }}
+	// 8. push; ours is +Inf when a client missed a change.
+	goalPushP99 = &Goal{Section: "push", Metric: "GET /watch and the long-poll, at the new leader and a follower: Lease write -> app p99", Text: "≤ 20 ms", Issue: 10, Check: atMost(20)}
+	// ours: reads later than 50 ms (plus streams that missed the change).
+	goalPushFanout = &Goal{Section: "push", Metric: "1,000 /watch streams on one sidecar: Lease write -> each stream", Text: "every one ≤ 50 ms", Issue: 10, Check: atMost(0)}
+	// 9. leases
+	goalLeasesRequests = &Goal{Section: "leases", Metric: "Lease requests/s at the apiserver", Text: "≤ client-go", Issue: 12, Check: noWorseThanBase}
+	// ours: unplanned leader changes plus Leases not held at the window's end.
+	goalLeasesStable  = &Goal{Section: "leases", Metric: "unplanned leader changes; Leases held at the window's end", Text: "0; all", Issue: 12, Check: atMost(0)}
+	goalLeasesCPU     = &Goal{Section: "leases", Metric: "kube-apiserver CPU", Text: "≤ client-go", Issue: 12, Check: noWorseThanBase}
+	goalLeasesRSS     = &Goal{Section: "leases", Metric: "kube-apiserver RSS", Text: "≤ client-go", Issue: 12, Check: noWorseThanBase}
+	goalLeasesHandoff = &Goal{Section: "leases", Metric: "handoff p99", Text: "≤ client-go", Issue: 12, Check: noWorseThanBase}
+	// 10. idleconns
+	goalIdleP99 = &Goal{Section: "idleconns", Metric: "/token p99 with the idle connections open vs none", Text: "≤ 1.1× none", Issue: 12,
+		Check: func(ours, base float64) bool { return ours <= base*110/100 }}
+	// ours: the slowest run's rate; base: the fixed rate asked for.
+	goalIdleRate = &Goal{Section: "idleconns", Metric: "/token achieved rate with the idle connections open", Text: "≥ 99% of the fixed rate", Issue: 12,
+		Check: func(ours, base float64) bool { return ours >= base*99/100 }}
+	// ours: ms from dial to the last close, +Inf when one stayed open.
+	goalIdleClosed = &Goal{Section: "idleconns", Metric: "silent connections closed by the server", Text: fmt.Sprintf("all, within %v", idleCloseLimit), Issue: 12,
+		Check: atMost(float64(idleCloseLimit / time.Millisecond))}
+)
+
+// idleCloseLimit is when every silent connection must have been closed.
+const idleCloseLimit = localapi.ReadHeaderTimeout + time.Second
+
+// goals is the table, in section order.
+var goals = []*Goal{
+	goalHandoffP50, goalHandoffP99,
+	goalFailoverP99,
+	goalAPIFollower, goalAPIRenew,
+	goalLocalMax, goalLocalP99, goalLocalAllocs,
+	goalFootprintRSS, goalFootprintBinary,
+	goalScaleP50At3, goalScaleP50At10, goalScaleP50At100, goalScaleP99At100, goalScaleWritesAt100,
+	goalFenceThroughput, goalFenceP99,
+	goalPushP99, goalPushFanout,
+	goalLeasesRequests, goalLeasesStable, goalLeasesCPU, goalLeasesRSS, goalLeasesHandoff,
+	goalIdleP99, goalIdleRate, goalIdleClosed,
+}
+
+// missedIf returns v, or +Inf when missed (a goal on v then fails).
+func missedIf(missed bool, v float64) float64 {
+	if missed {
+		return math.Inf(1)
+	}
+	return v
+}
+
+// goalVerdict sums up a goal over the run's rows: "yes" when every row
+// judged by it met it, "NO" when one did not, "not measured" when none
+// judged it, "not run" when its section did not run.
+func (r *Report) goalVerdict(g *Goal) string {
+	ran, judged, missed := false, 0, 0
+	for _, s := range r.Sections {
+		ran = ran || s.Key == g.Section
+		for _, row := range s.Rows {
+			if row.goal == g {
+				judged++
+				if row.Met != "yes" {
+					missed++
+				}
+			}
+		}
+	}
+	switch {
+	case !ran:
+		return "not run"
+	case judged == 0:
+		return "not measured"
+	case missed > 0:
+		return fmt.Sprintf("NO (%d of %d)", missed, judged)
+	}
+	return "yes"
+}
+
+// goalsMarkdown is the goals table; with a report, a "met" column too.
+func goalsMarkdown(r *Report) string {
+	var b strings.Builder
+	if r == nil {
+		b.WriteString("| section | metric | goal | issue |\n|---|---|---|---:|\n")
+	} else {
+		b.WriteString("| section | metric | goal | issue | met |\n|---|---|---|---:|---|\n")
+	}
+	for _, g := range goals {
+		fmt.Fprintf(&b, "| %s | %s | %s | %d |", g.Section, mdEscape(g.Metric), mdEscape(g.Text), g.Issue)
+		if r != nil {
+			fmt.Fprintf(&b, " %s |", r.goalVerdict(g))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
