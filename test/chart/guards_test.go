@@ -52,9 +52,6 @@ import (
 // transitions. The leader label guard lets the sidecar's ServiceAccount change only the leader label
 // of its release's pods: pkg/leaderlabel's own patches pass, anything else is rejected.
 func TestGuards(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts kube-apiserver")
-	}
 	c := startCluster(t)
 	t.Run("a namespace admin installs without the guards; a cluster admin adds them from NOTES", func(t *testing.T) {
 		testNamespaceAdminInstall(t, c)

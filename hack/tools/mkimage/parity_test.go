@@ -31,9 +31,6 @@ const projectModule = "github.com/elector-sidecar/elector-sidecar"
 // the package and with the -ldflags of the Dockerfile's build stage. Then the sidecar runs from the
 // image (also in containerd, where it is built).
 func TestImageTarballMatchesDockerfile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the project binaries")
-	}
 	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
