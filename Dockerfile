@@ -16,9 +16,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# The demo app lives in the test module (test/go.mod): `go -C test` builds it from there.
 RUN set -eux; \
-    for pkg in ./cmd/elector-sidecar ./cmd/elector-demo ./examples/go-worker; do \
-      CGO_ENABLED=0 GOOS="${TARGETOS:-linux}" GOARCH="${TARGETARCH}" go build -trimpath \
+    for pair in .:./cmd/elector-sidecar test:./cmd/elector-demo .:./examples/go-worker; do \
+      mod="${pair%%:*}"; pkg="${pair#*:}"; \
+      CGO_ENABLED=0 GOOS="${TARGETOS:-linux}" GOARCH="${TARGETARCH}" go -C "${mod}" build -trimpath \
         -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=${VERSION} -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=${REVISION}" \
         -o "/out/${pkg##*/}" "${pkg}"; \
     done

@@ -44,7 +44,7 @@ lint: ## golangci-lint of every Go module with .golangci.yml (hack/golangci-lint
 .PHONY: build
 build: ## Build bin/elector-sidecar, bin/elector-demo (static, as in the Dockerfile) and bin/kubectl-elector.
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/elector-sidecar ./cmd/elector-sidecar
-	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/elector-demo ./cmd/elector-demo
+	CGO_ENABLED=0 go -C test build -trimpath -ldflags "$(LDFLAGS)" -o $(CURDIR)/bin/elector-demo ./cmd/elector-demo
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/kubectl-elector ./cmd/kubectl-elector
 
 .PHONY: image

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: elector-sidecar vs client-go's leaderelection on one local etcd + kube-apiserver, in
-# one run (cmd/elector-bench). Prints a table (ours, client-go or a bare net/http handler, ratio,
+# one run (test/cmd/elector-bench). Prints a table (ours, client-go or a bare net/http handler, ratio,
 # goal) and writes results/bench-<time>.{md,json} and a PNG CDF of the handoff latency. About 13
 # minutes on 2 cores; the control-plane binaries are built once into the cache on first use (~6 min).
 #
@@ -48,7 +48,7 @@ fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-bench-run.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/elector-bench" ./cmd/elector-bench
+go -C test build -o "$tmp/elector-bench" ./cmd/elector-bench
 # The command line recorded in the results.
 export ELECTOR_BENCH_COMMAND="hack/bench.sh${*:+ $*}"
 # Not exec: the EXIT trap removes the binary. Ctrl-C reaches the bench, which stops what it started.

@@ -9,11 +9,11 @@
 # same token value); exits non-zero if an invariant broke.
 #
 # STORE=postgres or STORE=redis (`make chaos STORE=redis`): the writers' fenced HTTP store fronts the
-# project's fence in a throwaway PostgreSQL or redis-server (test/chaos --store), which the soak also
+# project's fence in a throwaway PostgreSQL or redis-server (test/cmd/chaos --store), which the soak also
 # restarts mid-run; invariant 1 is then checked from the database's own history. The servers are
 # installed first if missing (hack/install-deps.sh). STORE=memory (the default): an in-memory fence.
 #
-#   hack/chaos.sh [DURATION] [test/chaos flags...]     DURATION default 2m, e.g. hack/chaos.sh 10m --seed 42
+#   hack/chaos.sh [DURATION] [test/cmd/chaos flags...]     DURATION default 2m, e.g. hack/chaos.sh 10m --seed 42
 #   STORE=postgres hack/chaos.sh 5m
 set -o errexit -o nounset -o pipefail
 
@@ -42,5 +42,5 @@ fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-chaos-run.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/chaos" ./test/chaos
+go -C test build -o "$tmp/chaos" ./cmd/chaos
 "$tmp/chaos" --duration="$duration" --store="$store" "$@"

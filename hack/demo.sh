@@ -41,6 +41,6 @@ fi
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/elector-demo-run.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-go build -o "$tmp/demo" ./test/framework/cmd/demo
+go -C test build -o "$tmp/demo" ./cmd/demo
 # Not exec: the EXIT trap removes the driver binary. Ctrl-C reaches the driver, which cleans up.
 "$tmp/demo" "${store_args[@]}" "$@"

@@ -129,7 +129,7 @@ export KUBECTL="$ELECTOR_BIN/kubectl" HELM="$ELECTOR_BIN/helm"
 export ELECTOR_E2E_KUBECTL_ELECTOR="$PLUGIN_BIN"
 log "running test/e2e against $KUBECONFIG with $ELECTOR_E2E_IMAGE"
 rc=0
-setsid go test -tags e2e -count=1 -v -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./test/e2e/... &
+setsid go -C test test -tags e2e -count=1 -v -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./e2e/... &
 test_pid=$!
 wait "$test_pid" || rc=$?
 test_pid=""

@@ -20,7 +20,7 @@
 #   CA_CERTS  the CA bundle copied to /etc/ssl/certs/ca-certificates.crt
 #             (default: /etc/ssl/certs/ca-certificates.crt of the Debian ca-certificates package)
 #   IMAGE_BINARIES  space-separated "package:/path" pairs to build into the image
-#             (default: "./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo
+#             (default: "./cmd/elector-sidecar:/elector-sidecar ./test/cmd/elector-demo:/elector-demo
 #             ./examples/go-worker:/go-worker"; the chart's demo.app runs /elector-demo or /go-worker)
 set -o errexit -o nounset -o pipefail
 
@@ -38,7 +38,7 @@ fi
 IMAGE="${IMAGE:-elector-sidecar}"
 OUT="${OUT:-_output/elector-sidecar-image.tar}"
 GOARCH="${GOARCH:-$(go env GOARCH)}"
-IMAGE_BINARIES="${IMAGE_BINARIES:-./cmd/elector-sidecar:/elector-sidecar ./cmd/elector-demo:/elector-demo ./examples/go-worker:/go-worker}"
+IMAGE_BINARIES="${IMAGE_BINARIES:-./cmd/elector-sidecar:/elector-sidecar ./test/cmd/elector-demo:/elector-demo ./examples/go-worker:/go-worker}"
 
 bindir="_output/image/linux_${GOARCH}"
 etcdir="_output/image/etc"
@@ -82,9 +82,15 @@ for pair in $IMAGE_BINARIES; do
   dst="${pair#*:}"
   out="$bindir/$(basename "$dst")"
   log "building $pkg (VERSION=$VERSION, linux/$GOARCH)"
-  CGO_ENABLED=0 GOOS=linux GOARCH="$GOARCH" go build -trimpath \
+  # Packages under ./test/ (the demo app) belong to the test module: build them from there.
+  moddir=.
+  if [[ $pkg == ./test/* ]]; then
+    moddir="test"
+    pkg="./${pkg#./test/}"
+  fi
+  CGO_ENABLED=0 GOOS=linux GOARCH="$GOARCH" go -C "$moddir" build -trimpath \
     -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$VERSION -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=$REVISION" \
-    -o "$out" "$pkg"
+    -o "$ELECTOR_ROOT/$out" "$pkg"
   file_args+=(--file "$out:$dst:0755")
 done
 

@@ -2,10 +2,12 @@
 # The README's test command (`make test`), and what CI runs (.ci/run).
 #
 # Tiers, in order; each needs what the one before it built:
-#   verify       gofmt + go vet of every Go module
-#   unit         go test of pkg/, internal/, cmd/ (fake clientset, httptest) and the tool modules
-#   integration  real etcd + kube-apiserver (built once into the cache by hack/build-binaries.sh):
-#                multi-process election tests (test/integration) and chart/config tests (test/chart)
+#   verify       gofmt, go vet and golangci-lint of every Go module, shellcheck of every script
+#   unit         go test of the root module (pkg/, internal/, cmd/, examples/: fake clientset, httptest),
+#                of the test module's harness and programs (test/framework, test/cmd) and the tool modules
+#   integration  real etcd + kube-apiserver (built once into the cache by hack/build-binaries.sh), all in
+#                the test module (test/go.mod): multi-process election tests (test/integration), the fences
+#                (test/fences), the examples (test/examples) and chart/config tests (test/chart)
 #   e2e          a local single-node cluster with a real kubelet and containerd
 #                (hack/local-cluster.sh), the chart installed with helm, test/e2e (build tag e2e)
 #
@@ -35,7 +37,9 @@ tier_verify() {
 tier_unit() {
   # test/framework/dbserver's own test starts a real PostgreSQL and redis-server.
   hack/install-deps.sh
-  "${GOTEST[@]}" -race ./pkg/... ./internal/... ./cmd/... ./test/framework/...
+  "${GOTEST[@]}" -race ./...
+  # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...).
+  (cd test && "${GOTEST[@]}" -race ./framework/... ./cmd/...)
   # A short fuzz run of the local API handler and of the flag/env parsing, from the seed corpora in
   # testdata/fuzz; a crasher found here is written there and becomes a regular test case. A fixed
   # number of executions (seconds here), not -fuzztime=<duration>: Go 1.26's coordinator can fail a
@@ -53,11 +57,12 @@ tier_integration() {
   export KUBEBUILDER_ASSETS
   # The binaries were just built: a test that cannot find one fails instead of skipping (test/chart).
   export ELECTOR_REQUIRE_APISERVER=1
-  "${GOTEST[@]}" -timeout 20m -v ./test/integration/... 2>&1 | go_test_summary integration
-  "${GOTEST[@]}" -timeout 10m ./test/fences/...
+  # Every tier below runs in the test module (test/go.mod).
+  (cd test && "${GOTEST[@]}" -timeout 20m -v ./integration/... 2>&1) | go_test_summary integration
+  (cd test && "${GOTEST[@]}" -timeout 10m ./fences/...)
   # The example workers (Go, Python, shell) against a real sidecar and PostgreSQL.
-  "${GOTEST[@]}" -timeout 10m ./test/examples/...
-  (cd test/chart && "${GOTEST[@]}" -timeout 15m ./...)
+  (cd test && "${GOTEST[@]}" -timeout 10m ./examples/...)
+  (cd test && "${GOTEST[@]}" -timeout 15m ./chart/...)
 }
 
 tier_e2e() {

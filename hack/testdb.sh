@@ -16,6 +16,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$ELECTOR_ROOT/hack/install-deps.sh" >&2
 bin="$ELECTOR_CACHE/testdb/testdb"
-(cd "$ELECTOR_ROOT" && go build -o "$bin" ./test/framework/cmd/testdb)
+go -C "$ELECTOR_ROOT/test" build -o "$bin" ./cmd/testdb
 # exec: signals reach testdb itself, which stops the server.
 exec "$bin" "$@"

@@ -20,7 +20,7 @@ while IFS= read -r mod; do
   (cd "$dir" && go vet ./...) || die "go vet failed in $dir"
   log "go vet: clean in $dir"
 done < <(git ls-files -- 'go.mod' '*/go.mod')
-go vet -tags e2e ./test/e2e/... || die "go vet -tags e2e failed in test/e2e"
+go -C test vet -tags e2e ./e2e/... || die "go vet -tags e2e failed in test/e2e"
 log "go vet: clean in test/e2e (tag e2e)"
 
 # Every tracked shell script: *.sh and extensionless files with a sh/bash shebang (.ci/run).

@@ -120,3 +120,41 @@ func importChains(root string, imports map[string][]string) map[string][]string 
 	}
 	return chains
 }
+
+// testOnlyModules are modules that only the tests, the bench and the local
+// cluster use. They belong to the test module (test/go.mod) or hack/'s tool
+// modules; the root module, which users import and the image builds, must not
+// need them (issue 13).
+var testOnlyModules = []string{
+	"sigs.k8s.io/controller-runtime", // envtest
+	"gonum.org/v1/plot",              // the bench's plots
+	"helm.sh/helm/v4",                // test/chart
+	"github.com/google/go-containerregistry",
+	"github.com/moby/buildkit",
+}
+
+func TestRootModuleNeedsNoTestOnlyModule(t *testing.T) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Path}}", "all")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list -m all: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("go list -m all: %v", err)
+	}
+	mods := strings.Fields(string(out))
+	// The check means something only if the list is the real one.
+	for _, want := range []string{"github.com/elector-sidecar/elector-sidecar", "k8s.io/client-go", "go.uber.org/goleak"} {
+		if !slices.Contains(mods, want) {
+			t.Fatalf("go list -m all does not list %s: the check is not looking at the root module's build list", want)
+		}
+	}
+	for _, m := range mods {
+		for _, bad := range testOnlyModules {
+			if m == bad || strings.HasPrefix(m, bad+"/") {
+				t.Errorf("the root module's build list has %s: move what needs it under test/ (the test module)", m)
+			}
+		}
+	}
+}

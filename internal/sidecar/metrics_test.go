@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 	"github.com/elector-sidecar/elector-sidecar/pkg/version"
-	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // namesOf records the metric names of the collectors registered through it
@@ -149,7 +149,7 @@ func TestReadmeMetricsSection(t *testing.T) {
 
 	var promql []string
 	var console string
-	for _, b := range framework.MarkdownCodeBlocks(section) {
+	for _, b := range testsupport.MarkdownCodeBlocks(section) {
 		switch b.Lang {
 		case "promql":
 			promql = append(promql, strings.TrimSpace(b.Code))

@@ -12,10 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
 	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
 	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
-	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // readmeSection returns the README's "## title" section (up to the next
@@ -138,10 +138,10 @@ func TestReadmeExitCodeExample(t *testing.T) {
 // names the metrics the prober registers and the reason a sidecar starts with.
 func TestReadmeAppHealthSection(t *testing.T) {
 	section := readmeSection(t, "App health")
-	var cmds []framework.ConsoleCommand
-	for _, b := range framework.MarkdownCodeBlocks(section) {
+	var cmds []testsupport.ConsoleCommand
+	for _, b := range testsupport.MarkdownCodeBlocks(section) {
 		if b.Lang == "console" {
-			cmds = append(cmds, framework.ConsoleCommands(b.Code)...)
+			cmds = append(cmds, testsupport.ConsoleCommands(b.Code)...)
 		}
 	}
 	if len(cmds) != 1 {
@@ -204,10 +204,10 @@ func TestReadmeAppHealthSection(t *testing.T) {
 // (the chart's default), and the section names the labeler's metric.
 func TestReadmeLeaderOnlyRoutingSection(t *testing.T) {
 	section := readmeSection(t, "Leader-only routing")
-	var cmds []framework.ConsoleCommand
-	for _, b := range framework.MarkdownCodeBlocks(section) {
+	var cmds []testsupport.ConsoleCommand
+	for _, b := range testsupport.MarkdownCodeBlocks(section) {
 		if b.Lang == "console" {
-			cmds = append(cmds, framework.ConsoleCommands(b.Code)...)
+			cmds = append(cmds, testsupport.ConsoleCommands(b.Code)...)
 		}
 	}
 	if len(cmds) != 1 {

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
 	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient"
-	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 var (
@@ -39,7 +39,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func events(t *testing.T, cs *fake.Clientset, n int) []corev1.Event {
 	t.Helper()
 	var items []corev1.Event
-	err := framework.Eventually(context.Background(), 5*time.Millisecond, 10*time.Second, fmt.Sprintf("%d events", n), func(ctx context.Context) error {
+	err := testsupport.Eventually(context.Background(), 5*time.Millisecond, 10*time.Second, fmt.Sprintf("%d events", n), func(ctx context.Context) error {
 		l, err := cs.CoreV1().Events("ns").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -110,7 +110,7 @@ func TestRecorderRetriesWhileTheAPIServerIsUnreachableButNotARejection(t *testin
 	defer r.Shutdown()
 	r.Eventf(lease, corev1.EventTypeNormal, "LeaderElection", "first")
 	for try := 1; try <= 2; try++ {
-		if err := framework.Eventually(context.Background(), time.Millisecond, 10*time.Second, "a retry timer", func(context.Context) error {
+		if err := testsupport.Eventually(context.Background(), time.Millisecond, 10*time.Second, "a retry timer", func(context.Context) error {
 			if !clk.HasWaiters() {
 				return errors.New("no timer")
 			}
@@ -167,7 +167,7 @@ func TestRecorderShutdownStopsAWaitingRetry(t *testing.T) {
 	})
 	r := kubeclient.NewRecorder(cs.CoreV1().Events("ns"), source, quiet(), clk)
 	r.Eventf(lease, corev1.EventTypeNormal, "LeaderElection", "never written")
-	if err := framework.Eventually(context.Background(), time.Millisecond, 10*time.Second, "a retry timer", func(context.Context) error {
+	if err := testsupport.Eventually(context.Background(), time.Millisecond, 10*time.Second, "a retry timer", func(context.Context) error {
 		if !clk.HasWaiters() {
 			return errors.New("no timer")
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// `make bench` reports these (section 4 of cmd/elector-bench runs them with
+// `make bench` reports these (section 4 of test/cmd/elector-bench runs them with
 // -benchmem): the handlers alone, per request, beside the bare net/http
 // handler that the load test uses as its baseline.
 
@@ -28,7 +28,7 @@ var bareBody = func() []byte {
 	return append(b, '\n')
 }()
 
-// bareHandler is cmd/elector-bench's bare-server handler: a constant body
+// bareHandler is test/cmd/elector-bench's bare-server handler: a constant body
 // with the same headers.
 var bareHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 	hdr := w.Header()

@@ -250,7 +250,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildCmd builds ./cmd/NAME from the repository root once per test binary; $envVar, if set, names a
+// buildCmd builds ./cmd/NAME (./test/cmd/elector-demo for the demo app) once per test binary; $envVar, if set, names a
 // prebuilt binary instead.
 func buildCmd(t *testing.T, name, envVar string) string {
 	t.Helper()
@@ -269,11 +269,14 @@ func buildCmd(t *testing.T, name, envVar string) string {
 	}
 	buildDirs = append(buildDirs, dir)
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
-	cmd.Dir = root
+	pkg := "./cmd/" + name
+	if name == "elector-demo" {
+		pkg = "./test/cmd/" + name // the demo app is in the test module
+	}
+	cmd := framework.GoBuildCommand(root, pkg, "-o", bin)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	buildBins[name] = bin
 	return bin

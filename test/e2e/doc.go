@@ -9,7 +9,7 @@
 //	                                   cluster up, runs this suite, tears the cluster down
 //	hack/e2e-kind.sh                   the same suite in kind on a Docker host
 //	KUBECONFIG=... ELECTOR_E2E_IMAGE=elector-sidecar:TAG \
-//	  go test -tags e2e -count=1 -v -timeout 30m ./test/e2e/...
+//	  go -C test test -tags e2e -count=1 -v -timeout 30m ./e2e/...
 //
 // Environment:
 //

@@ -13,8 +13,8 @@ import (
 // Packages of the binaries the harness runs, relative to the repository root.
 const (
 	SidecarPackage   = "./cmd/elector-sidecar"
-	DemoPackage      = "./cmd/elector-demo"
-	CandidatePackage = "./test/framework/clientgo-candidate"
+	DemoPackage      = "./test/cmd/elector-demo"
+	CandidatePackage = "./test/cmd/clientgo-candidate"
 )
 
 var (
@@ -66,8 +66,7 @@ func BuildBinaries(pkgs ...string) (map[string]string, error) {
 			continue
 		}
 		bin := filepath.Join(buildDir, path.Base(pkg))
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = root
+		cmd := GoBuildCommand(root, pkg, "-o", bin)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, strings.TrimSpace(string(b)))
 		}
@@ -75,6 +74,20 @@ func BuildBinaries(pkgs ...string) (map[string]string, error) {
 		out[pkg] = bin
 	}
 	return out, nil
+}
+
+// GoBuildCommand returns `go build FLAGS... PKG` for pkg, a path relative to
+// the repository root (e.g. "./cmd/elector-sidecar"), run in the module that
+// holds it: the root module, or the test module (test/go.mod) for packages
+// under ./test/.
+func GoBuildCommand(root, pkg string, flags ...string) *exec.Cmd {
+	dir, rel := root, pkg
+	if strings.HasPrefix(pkg, "./test/") {
+		dir, rel = filepath.Join(root, "test"), "./"+strings.TrimPrefix(pkg, "./test/")
+	}
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), rel)...)
+	cmd.Dir = dir
+	return cmd
 }
 
 // BuildBinary builds one package (see BuildBinaries) and returns its path.

@@ -51,7 +51,7 @@ type CandidateKind string
 const (
 	// KindSidecar is elector-sidecar.
 	KindSidecar CandidateKind = "elector-sidecar"
-	// KindClientGo is the client-go leaderelection baseline (test/framework/clientgo-candidate).
+	// KindClientGo is the client-go leaderelection baseline (test/cmd/clientgo-candidate).
 	KindClientGo CandidateKind = "clientgo-candidate"
 )
 

@@ -1,6 +1,7 @@
 // Package framework is the harness for elector-sidecar's multi-process tests
-// (test/integration), the chaos soak (test/chaos), the demo
-// (test/framework/cmd/demo) and the benchmark. Everything returns errors
+// (test/integration), the chaos soak (test/cmd/chaos), the demo
+// (test/cmd/demo) and the benchmark (test/cmd/elector-bench), all in the
+// test module (test/go.mod). Everything returns errors
 // instead of taking a *testing.T, so programs can use it as well as tests.
 //
 // Pieces:
@@ -13,13 +14,13 @@
 //     ControlPlane.Kubeconfig is an admin kubeconfig for child processes and
 //     ControlPlane.Kubectl runs kubectl. Children die with the parent
 //     (parent-death signal), even if a test binary crashes.
-//   - BuildBinaries: builds cmd/elector-sidecar, cmd/elector-demo and the
+//   - BuildBinaries: builds cmd/elector-sidecar, test/cmd/elector-demo and the
 //     client-go baseline (CandidatePackage) once per process;
 //     ELECTOR_SIDECAR_BINARY (etc., see BinaryOverrideEnv) substitutes a prebuilt binary.
 //   - StartProcess / Process: a child with its log file, Signal, Kill,
 //     Terminate, Pause (SIGSTOP), Resume (SIGCONT), Wait, exit code.
 //   - StartCandidate / Candidate: an elector-sidecar (KindSidecar) or the
-//     client-go LeaderElector baseline (KindClientGo, test/framework/clientgo-candidate)
+//     client-go LeaderElector baseline (KindClientGo, test/cmd/clientgo-candidate)
 //     with its local API client (Token, Leader); Timings and TestTimings.
 //   - Group: candidates on one Lease with restarts by identity, WaitForLeader,
 //     Leaders, Describe and Logs for failure messages, and a Sampler.
@@ -32,9 +33,12 @@
 //   - TCPProxy, WriteProxiedKubeconfig: a per-candidate proxy in front of the
 //     apiserver that can be cut (stall or reset connections) and healed, to
 //     partition one candidate from the apiserver.
-//   - Poll, Eventually, Consistently: every wait of the test modules (and of
-//     the framework), on k8s.io/apimachinery's wait.PollUntilContextTimeout;
-//     tests wait on conditions, never on sleeps.
+//   - Poll, Eventually, Consistently: every wait of the tests (and of the
+//     framework), on k8s.io/apimachinery's wait.PollUntilContextTimeout;
+//     tests wait on conditions, never on sleeps. They and MarkdownCodeBlocks
+//     live in the root module's internal/testsupport (so the root module's
+//     unit tests share them without depending on this module) and are
+//     re-exported here.
 //   - CacheDir, CacheBinDir: hack/lib.sh's cache rule (ELECTOR_CACHE_DIR, else
 //     $XDG_CACHE_HOME or ~/.cache, /elector-sidecar) for Go code.
 //   - LeaseHolder, HolderOf, TransitionsOf, SyncBuffer: small shared helpers.

@@ -15,7 +15,7 @@ import (
 )
 
 // demoPackage is `make demo`'s program (hack/demo.sh builds and runs it).
-const demoPackage = "./test/framework/cmd/demo"
+const demoPackage = "./test/cmd/demo"
 
 // demoCommand is a command the demo printed, with its output and the leader
 // the demo's timeline had announced last before it.
@@ -67,7 +67,7 @@ func sameWords(a, b string) bool {
 }
 
 // TestDemoShowsTheLeaseWithKubectlAndThePlugin runs `make demo`'s program
-// (test/framework/cmd/demo) as hack/demo.sh does and checks what it shows of
+// (test/cmd/demo) as hack/demo.sh does and checks what it shows of
 // the Lease: once the first leader is elected and again after the takeover,
 // the commands of README.md's demo block (under "Two commands"), run for
 // real against the demo's kube-apiserver: plain kubectl with the custom

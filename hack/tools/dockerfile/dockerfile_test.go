@@ -94,7 +94,7 @@ func TestDockerfileShape(t *testing.T) {
 			run += strings.Join(r.CmdLine, " ") + "\n"
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/elector-sidecar", "./cmd/elector-demo", "./examples/go-worker"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", ".:./cmd/elector-sidecar", "test:./cmd/elector-demo", ".:./examples/go-worker", `go -C "${mod}" build`} {
 		if !strings.Contains(run, want) {
 			t.Errorf("build RUN does not contain %q:\n%s", want, run)
 		}
@@ -135,8 +135,8 @@ func TestDockerfileShape(t *testing.T) {
 	}
 }
 
-// TestDockerignore: the build context keeps the Go module (go.mod, go.sum, cmd/, pkg/, internal/) and
-// leaves out what the image build does not need.
+// TestDockerignore: the build context keeps the Go module (go.mod, go.sum, cmd/, pkg/, internal/) and the
+// demo app's corner of the test module, and leaves out what the image build does not need.
 func TestDockerignore(t *testing.T) {
 	f, err := os.Open(filepath.Join("..", "..", "..", ".dockerignore"))
 	if err != nil {
@@ -155,10 +155,11 @@ func TestDockerignore(t *testing.T) {
 		path     string
 		excluded bool
 	}{
-		{"go.mod", false}, {"go.sum", false}, {"cmd/elector-sidecar/main.go", false}, {"cmd/elector-demo/main.go", false},
+		{"go.mod", false}, {"go.sum", false}, {"cmd/elector-sidecar/main.go", false}, {"test/cmd/elector-demo/main.go", false},
+		{"test/go.mod", false}, {"test/go.sum", false}, {"test/framework/process.go", true}, {"test/cmd/elector-bench/main.go", true},
 		{"pkg/version/version.go", false}, {"internal/sidecar/run.go", false},
 		{".git/HEAD", true}, {"_output/elector-sidecar-image.tar", true}, {"bin/elector-sidecar", true},
-		{"charts/elector-sidecar/Chart.yaml", true}, {"test/chart/go.mod", true}, {"hack/tools/go.mod", true}, {"README.md", true},
+		{"charts/elector-sidecar/Chart.yaml", true}, {"test/chart/chart_test.go", true}, {"hack/tools/go.mod", true}, {"README.md", true},
 	} {
 		got, err := pm.MatchesOrParentMatches(tt.path)
 		if err != nil {

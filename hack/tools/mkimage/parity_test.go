@@ -203,7 +203,13 @@ func checkBinary(t *testing.T, f dockerfile.File, bin []byte, buildRun, ldflags 
 		return
 	}
 	pkg := strings.TrimPrefix(bi.Path, projectModule+"/")
-	if pkg == bi.Path || !strings.Contains(buildRun, "./"+pkg) || path.Base(pkg) != path.Base(f.Source) {
+	// The RUN names the package from the root module ("./cmd/x"), or as MODULE_DIR:./PATH for a package
+	// of a nested module ("test:./cmd/elector-demo", built with go -C test).
+	named := strings.Contains(buildRun, "./"+pkg)
+	if mod, rest, ok := strings.Cut(pkg, "/"); ok && bi.Main.Path == projectModule+"/"+mod {
+		named = strings.Contains(buildRun, mod+":./"+rest)
+	}
+	if pkg == bi.Path || !named || path.Base(pkg) != path.Base(f.Source) {
 		t.Errorf("%s is %s; the Dockerfile builds %s from a package named in its RUN:\n%s", f.Path, bi.Path, f.Source, buildRun)
 	}
 	settings := map[string]string{}

@@ -37,7 +37,7 @@ import (
 //     default client-side rate limit, pkg/kubeclient, default timings), but
 //     without the local API, metrics registry and Event recorder;
 //   - client-go: a leaderelection.LeaderElector on a LeaseLock per
-//     candidate, as test/framework/clientgo-candidate builds it
+//     candidate, as test/cmd/clientgo-candidate builds it
 //     (ReleaseOnCancel, client timeout renewDeadline/2, client-go's default
 //     client-side rate limit).
 //

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -322,8 +321,7 @@ func buildBinaries(dir string) (map[framework.CandidateKind]string, error) {
 			continue
 		}
 		bin := filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, pkg)
-		cmd.Dir = root
+		cmd := framework.GoBuildCommand(root, pkg, "-trimpath", "-ldflags", "-s -w", "-o", bin)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("go build %s: %w\n%s", pkg, err, b)

@@ -161,7 +161,7 @@ func TestInSectionOrderFollowsAllSections(t *testing.T) {
 // TestDocsListEveryGoal: docs/benchmarks.md carries the goals table as
 // goalsMarkdown renders it.
 func TestDocsListEveryGoal(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "benchmarks.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "benchmarks.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

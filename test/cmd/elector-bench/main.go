@@ -1,5 +1,5 @@
 // Command elector-bench compares elector-sidecar with client-go's
-// leaderelection (the test/framework/clientgo-candidate program: a plain
+// leaderelection (the test/cmd/clientgo-candidate program: a plain
 // LeaderElector on a LeaseLock with ReleaseOnCancel) on one local
 // kube-apiserver, in one run, and prints a table: ours, the baseline, the
 // ratio, the goal and whether it was met (the goals table, goals.go).

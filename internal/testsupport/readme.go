@@ -1,4 +1,4 @@
-package framework
+package testsupport
 
 import (
 	"strconv"

@@ -1,4 +1,4 @@
-package framework
+package testsupport
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// The waits of every test module (test/integration, test/chart, test/e2e,
-// cmd tests) and of the framework itself: thin wrappers around
+// The waits of every test (the root module's unit tests, and the test module:
+// integration, chart, e2e, harnesses, via test/framework): thin wrappers around
 // k8s.io/apimachinery's wait.PollUntilContextTimeout that only add a message
 // saying what was awaited. Tests wait on these conditions, never on sleeps.
 
