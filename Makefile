@@ -76,14 +76,12 @@ cluster-smoke: ## Smoke-check the running local cluster (pods, native sidecars, 
 	hack/local-cluster.sh smoke
 
 .PHONY: test-chart
-test-chart: ## Chart and config/ tests only (Helm SDK, kustomize, envtest).
-	hack/build-binaries.sh
-	cd test/chart && KUBEBUILDER_ASSETS=$$(../../hack/build-binaries.sh --print-dir) go test -count=1 ./...
+test-chart: ## Chart and config/ tests only (Helm SDK, kustomize, envtest) (hack/test-chart.sh).
+	hack/test-chart.sh
 
 .PHONY: lint-chart
-lint-chart: ## helm lint --strict of the chart.
-	hack/build-binaries.sh helm
-	$$(hack/build-binaries.sh --print-dir)/helm lint --strict charts/elector-sidecar
+lint-chart: ## helm lint --strict of the chart with every values file, SDK and real helm (hack/test-chart.sh -run TestLint).
+	hack/test-chart.sh -run '^TestLint'
 
 .PHONY: e2e-kind
 e2e-kind: ## On a Docker host: the e2e suite in a kind cluster (hack/e2e-kind.sh).
