@@ -94,6 +94,9 @@ step() {
   return "$rc"
 }
 
+# 0. Host packages the local cluster needs (nftables, iproute2, gcc, libseccomp-dev, ...), only when missing.
+hack/install-deps.sh cluster
+
 # 1. The image under test.
 log "building the image $IMAGE_REPO:$VERSION"
 IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh

@@ -7,6 +7,12 @@
 #           curl             curl (the shell example worker, examples/shell)
 #   lint  shellcheck (hack/verify.sh; golangci-lint comes from the Go module proxy, hack/golangci-lint.sh)
 #   image ca-certificates: /etc/ssl/certs/ca-certificates.crt, the CA bundle hack/image.sh puts in the image
+#   cluster  the local cluster (hack/local-cluster.sh, the e2e tier; hack/e2e.sh runs this group):
+#           nftables                 nft (the kubernetes Service DNAT, CNI portmap cleanup)
+#           iproute2                 ip, ss (deleting the CNI bridge; hack/local-cluster-smoke.sh)
+#           curl                     curl (hack/local-cluster-smoke.sh)
+#           gcc libc6-dev            gcc -static (the pause image from k8s.io/kubernetes' pause.c)
+#           libseccomp-dev pkg-config  runc with seccomp (hack/build-binaries.sh --cluster)
 # One `apt-get update` and one `apt-get install` of the missing packages; nothing when all are present.
 # Needs root (or sudo) only when something is missing.
 #
@@ -18,26 +24,29 @@ set -o errexit -o nounset -o pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
-  echo "usage: hack/install-deps.sh [--check] [db|lint|image ...]" >&2
+  echo "usage: hack/install-deps.sh [--check] [db|lint|image|cluster ...]" >&2
   exit 2
 }
 check_only=false
 want_db=false
 want_lint=false
 want_image=false
+want_cluster=false
 for arg in "$@"; do
   case "$arg" in
     --check) check_only=true ;;
     db) want_db=true ;;
     lint) want_lint=true ;;
     image) want_image=true ;;
+    cluster) want_cluster=true ;;
     *) usage ;;
   esac
 done
-if ! $want_db && ! $want_lint && ! $want_image; then
+if ! $want_db && ! $want_lint && ! $want_image && ! $want_cluster; then
   want_db=true
   want_lint=true
   want_image=true
+  want_cluster=true
 fi
 
 # pkg_installed PKG: dpkg says PKG is installed.
@@ -64,6 +73,8 @@ have_redis() { command -v redis-server >/dev/null; }
 have_curl() { command -v curl >/dev/null; }
 have_shellcheck() { command -v shellcheck >/dev/null; }
 have_ca_certs() { [[ -s /etc/ssl/certs/ca-certificates.crt ]]; }
+have_libc_static() { [[ "$(gcc -print-file-name=libc.a 2>/dev/null)" == /* ]]; }
+have_seccomp() { command -v pkg-config >/dev/null && pkg-config --exists libseccomp; }
 
 # check_all ARRAY: appends to the named array every package of the wanted groups that is missing.
 check_all() {
@@ -79,6 +90,14 @@ check_all() {
   fi
   if $want_image; then
     have_ca_certs || out+=(ca-certificates)
+  fi
+  if $want_cluster; then
+    command -v nft >/dev/null || out+=(nftables)
+    { command -v ip && command -v ss; } >/dev/null || out+=(iproute2)
+    have_curl || [[ " ${out[*]} " == *" curl "* ]] || out+=(curl)
+    command -v gcc >/dev/null || out+=(gcc)
+    have_libc_static || out+=(libc6-dev)
+    have_seccomp || out+=(libseccomp-dev pkg-config)
   fi
   return 0
 }
@@ -97,7 +116,7 @@ missing=()
 check_all missing
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  log "present:$($want_db && echo " postgresql redis-server python3-psycopg curl")$($want_lint && echo " shellcheck")$($want_image && echo " ca-certificates")"
+  log "present:$($want_db && echo " postgresql redis-server python3-psycopg curl")$($want_lint && echo " shellcheck")$($want_image && echo " ca-certificates")$($want_cluster && echo " nftables iproute2 curl gcc libc6-dev libseccomp-dev")"
   exit 0
 fi
 if $check_only; then

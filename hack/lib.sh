@@ -8,7 +8,7 @@ ELECTOR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ELECTOR_CACHE="${ELECTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/elector-sidecar}"
 ELECTOR_BIN="$ELECTOR_CACHE/bin"
 
-# Pinned versions of everything hack/ builds from the Go module proxy (go-containerregistry: hack/cluster/go.mod).
+# Pinned versions of everything hack/ builds from the Go module proxy (go-containerregistry: hack/tools/go.mod).
 K8S_VERSION="v1.37.2"          # k8s.io/kubernetes
 K8S_STAGING_VERSION="v0.37.2"  # k8s.io/* staging modules
 ETCD_VERSION="v3.7.3"          # go.etcd.io/etcd/server/v3

@@ -38,8 +38,9 @@ tier_unit() {
   # test/framework/dbserver's own test starts a real PostgreSQL and redis-server.
   hack/install-deps.sh
   "${GOTEST[@]}" -race ./...
-  # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...).
-  (cd test && "${GOTEST[@]}" -race ./framework/... ./cmd/...)
+  # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...), the local
+  # cluster's steps (test/localcluster).
+  (cd test && "${GOTEST[@]}" -race ./framework/... ./cmd/... ./localcluster/...)
   # A short fuzz run of the local API handler and of the flag/env parsing, from the seed corpora in
   # testdata/fuzz; a crasher found here is written there and becomes a regular test case. A fixed
   # number of executions (seconds here), not -fuzztime=<duration>: Go 1.26's coordinator can fail a

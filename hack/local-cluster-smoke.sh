@@ -33,9 +33,9 @@ check() { # check DESC CMD...
   fi
 }
 
-# The test image: hack/cluster/testbin, static, in a single-layer image.
+# The test image: test/cmd/testbin (the test module), static, in a single-layer image.
 mkdir -p "$IMAGES"
-(cd "$ELECTOR_ROOT/hack/cluster" && GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$IMAGES/testbin.bin" ./testbin)
+GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 go -C "$ELECTOR_ROOT/test" build -trimpath -o "$IMAGES/testbin.bin" ./cmd/testbin
 mkimage --out "$IMAGES/testbin.tar" --tag "$IMG" --file "$IMAGES/testbin.bin:/testbin" --entrypoint /testbin
 ctr --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images import "$IMAGES/testbin.tar" >/dev/null 2>&1 ||
   die "ctr images import $IMAGES/testbin.tar failed"
