@@ -6,7 +6,7 @@
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 eval "$("$ELECTOR_ROOT/hack/local-cluster.sh" env)"
 export PATH="$ELECTOR_BIN:$PATH"
