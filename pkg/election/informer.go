@@ -18,29 +18,23 @@ type observation struct {
 }
 
 // startInformer watches the one Lease (a field selector on its name) and
-// queues every event for the loop. When the handler has received the
-// initial list, a marker follows it through the same queue, so the loop
-// never sees the marker before (or instead of) the events it covers.
+// queues every event for the loop. A bare reflector (list, then watch from
+// the list's resourceVersion, relisting after a gap) writes straight into
+// leaseStore, which queues what it is given: no DeltaFIFO, indexer or
+// handler goroutines between the watch and the loop. Every follower wakes
+// on every Lease event, and with many candidates on one machine those
+// goroutine hand-offs were a large part of a follower's CPU per event (see
+// docs/benchmarks.md, Scale). When the initial list has been queued, a
+// marker follows it through the same queue, so the loop never sees the
+// marker before (or instead of) the events it covers.
 func (e *Elector) startInformer(ctx context.Context) error {
-	informer := e.newInformer()
-	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.post(obj, false) },
-		UpdateFunc: func(_, obj any) { e.post(obj, false) },
-		DeleteFunc: func(obj any) { e.post(obj, true) },
-	})
-	if err != nil {
-		return err
-	}
-	go informer.RunWithContext(ctx)
-	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-			e.deliver(observation{synced: true})
-		}
-	}()
+	name := "lease " + e.cfg.LeaseKey()
+	r := cache.NewReflectorWithOptions(e.listWatch(), &coordinationv1.Lease{}, &leaseStore{e: e}, cache.ReflectorOptions{Name: name, TypeDescription: "*v1.Lease"})
+	go r.RunWithContext(ctx)
 	return nil
 }
 
-func (e *Elector) newInformer() cache.SharedIndexInformer {
+func (e *Elector) listWatch() cache.ListerWatcher {
 	selector := "metadata.name=" + e.cfg.Name
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -62,22 +56,76 @@ func (e *Elector) newInformer() cache.SharedIndexInformer {
 	}
 	// Lets the reflector skip streaming lists with clients that lack them
 	// (the fake clientset in unit tests, through kubeclient/clientset.Wrap).
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, e.cfg.Client), &coordinationv1.Lease{}, 0, cache.Indexers{})
+	return cache.ToListWatcherWithWatchListSemantics(lw, e.cfg.Client)
 }
 
-// post turns an informer callback into an observation. A deletion keeps
-// the deleted object: its content may be newer than anything the loop has
-// processed (a watch gap gives DeletedFinalStateUnknown with the last state
-// the cache had).
-func (e *Elector) post(obj any, deleted bool) {
+// leaseStore is the reflector's store: it keeps nothing but the last
+// version it queued (a relist that no longer finds the Lease queues its
+// deletion with that version, as an informer's DeletedFinalStateUnknown)
+// and hands every change to the loop. The reflector calls it from one
+// goroutine.
+type leaseStore struct {
+	e      *Elector
+	last   *coordinationv1.Lease // nil: none known
+	synced bool
+}
+
+func (s *leaseStore) Add(obj any) error    { return s.Update(obj) }
+func (s *leaseStore) Resync() error        { return nil }
+func (s *leaseStore) Update(obj any) error { s.put(obj, false); return nil }
+func (s *leaseStore) Delete(obj any) error { s.put(obj, true); return nil }
+
+// Replace is a (re)list: the Lease as it now is, or its deletion if the
+// list no longer has the one we knew. The first one completes the initial
+// sync.
+func (s *leaseStore) Replace(list []any, _ string) error {
+	found := false
+	for _, obj := range list {
+		if l, ok := obj.(*coordinationv1.Lease); ok && s.e.watched(l) {
+			s.put(l, false)
+			found = true
+		}
+	}
+	if !found && s.last != nil {
+		s.put(cache.DeletedFinalStateUnknown{Key: s.e.cfg.LeaseKey(), Obj: s.last}, true)
+	}
+	if !s.synced {
+		s.synced = true
+		s.e.deliver(observation{synced: true})
+	}
+	return nil
+}
+
+func (s *leaseStore) put(obj any, deleted bool) {
+	switch l := s.e.post(obj, deleted); {
+	case l == nil:
+	case deleted:
+		s.last = nil
+	default:
+		s.last = l
+	}
+}
+
+// post turns a store call into an observation and returns the Lease it
+// queued (nil: none, another object). A deletion keeps the deleted object:
+// its content may be newer than anything the loop has processed (a relist
+// after a watch gap gives DeletedFinalStateUnknown with the last state
+// known).
+func (e *Elector) post(obj any, deleted bool) *coordinationv1.Lease {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, deleted = d.Obj, true
 	}
 	l, ok := obj.(*coordinationv1.Lease)
-	if !ok || l.Name != e.cfg.Name || l.Namespace != e.cfg.Namespace {
-		return
+	if !ok || !e.watched(l) {
+		return nil
 	}
 	e.deliver(observation{lease: l, deleted: deleted})
+	return l
+}
+
+// watched reports whether l is the Lease this candidate campaigns on.
+func (e *Elector) watched(l *coordinationv1.Lease) bool {
+	return l.Name == e.cfg.Name && l.Namespace == e.cfg.Namespace
 }
 
 // deliver queues an observation and wakes the loop.

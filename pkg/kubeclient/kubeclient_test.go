@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -204,3 +206,70 @@ func TestClientsetAdapterKeepsTheFakesWatchListAnswer(t *testing.T) {
 		t.Error("the real client claims no watch-list support")
 	}
 }
+
+// The sidecar asks for protobuf (cheaper to decode for every follower on
+// every Lease event): the client's scheme and codecs send and read it, the
+// watch stream included.
+func TestLeaseClientSpeaksProtobufWhenTheConfigAsks(t *testing.T) {
+	codecs := serializer.NewCodecFactory(kubeclient.Scheme)
+	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	if !ok || info.StreamSerializer == nil {
+		t.Fatal("the client's scheme has no protobuf serializer")
+	}
+	enc := codecs.EncoderForVersion(info.Serializer, coordinationv1.SchemeGroupVersion)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: "ns", ResourceVersion: "6"},
+		Spec: coordinationv1.LeaseSpec{LeaseTransitions: ptr(int32(3))}}
+	raw, err := runtime.Encode(enc, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sentType string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			sentType = r.Header.Get("Content-Type")
+		}
+		if !strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) {
+			w.WriteHeader(http.StatusNotAcceptable)
+			return
+		}
+		if r.URL.Query().Get("watch") == "true" {
+			w.Header().Set("Content-Type", runtime.ContentTypeProtobuf+";stream=watch")
+			ev := &metav1.WatchEvent{Type: string(watch.Modified), Object: runtime.RawExtension{Raw: raw}}
+			if err := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer).Encode(ev); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf)
+		_, _ = w.Write(raw)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := kubeclient.NewForConfig(&rest.Config{Host: srv.URL, QPS: 100, Burst: 10, ContentConfig: rest.ContentConfig{
+		ContentType: runtime.ContentTypeProtobuf, AcceptContentTypes: runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	leases := c.Leases("ns")
+	if l, err := leases.Get(ctx, "l", metav1.GetOptions{}); err != nil || l.ResourceVersion != "6" || *l.Spec.LeaseTransitions != 3 {
+		t.Fatalf("Get: %+v, %v", l, err)
+	}
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil || sentType != runtime.ContentTypeProtobuf {
+		t.Fatalf("Update: %v, sent as %q", err, sentType)
+	}
+	w, err := leases.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	defer w.Stop()
+	select {
+	case ev := <-w.ResultChan():
+		if l, ok := ev.Object.(*coordinationv1.Lease); ev.Type != watch.Modified || !ok || l.ResourceVersion != "6" || *l.Spec.LeaseTransitions != 3 {
+			t.Errorf("watch event %v %T %+v", ev.Type, ev.Object, ev.Object)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
