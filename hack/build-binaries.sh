@@ -214,7 +214,7 @@ build_containerd() {
 
 build_runc() {
   fresh runc && return 0
-  apt_install libseccomp-dev pkg-config
+  "$ELECTOR_ROOT/hack/install-deps.sh" cluster # libseccomp-dev, pkg-config (runc with seccomp)
   local out
   new_tmp
   (cd / && GOBIN="$out" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=1 \

@@ -58,27 +58,6 @@ run_logged() {
   log "$name: done in $(($(date +%s) - start))s"
 }
 
-# apt_install PKG...: installs Debian packages that are missing (runs apt-get update once if needed).
-apt_install() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [[ ${#missing[@]} -eq 0 ]] && return 0
-  command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get"
-  local sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  local aptlog="$ELECTOR_CACHE/logs/apt.log"
-  mkdir -p "$(dirname "$aptlog")"
-  log "apt-get install ${missing[*]} (log: $aptlog)"
-  if ! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
-    log "apt-get update"
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get update -q >>"$aptlog" 2>&1 || { tail -n 20 "$aptlog" >&2; die "apt-get update failed"; }
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1 ||
-      { tail -n 20 "$aptlog" >&2; die "apt-get install ${missing[*]} failed"; }
-  fi
-}
-
 # with_lock FILE CMD...: runs CMD while holding an exclusive flock on FILE (serialises concurrent builds).
 with_lock() {
   local lockfile="$1"
