@@ -11,7 +11,7 @@
 //	api        apiserver Lease requests by verb: an idle follower, a leader
 //	localapi   /leader and /token throughput and latency vs a bare net/http handler
 //	footprint  RSS after a minute, binary size
-//	scale      10 and 100 candidates on one Lease: handoff latency, requests/s
+//	scale      3, 10 and 100 candidates on one Lease: handoff latency, writes, requests/s
 //	fence      fenced write throughput and p99 through the PostgreSQL and Redis fences
 //	           vs the same writes unfenced (throwaway servers, test/framework/dbserver)
 //	push       Lease write -> app: GET /watch and the long-poll vs polling /leader, at the
@@ -100,7 +100,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.maxDur, "max-duration", 3*time.Second, "length of one max-throughput run in the localapi section")
 	fs.DurationVar(&o.fixedDur, "fixed-duration", 4*time.Second, "length of one fixed-rate run in the localapi section")
 	fs.IntVar(&o.repeats, "repeats", 3, "repeats of each localapi run (interleaved across targets)")
-	sizes := fs.String("scale-sizes", "10,100", "candidate counts in the scale section")
+	sizes := fs.String("scale-sizes", "3,10,100", "candidate counts in the scale section (3 and 100 carry goals)")
 	fs.IntVar(&o.scaleTrials, "scale-trials", 10, "handoff trials per size and kind in the scale section")
 	fs.DurationVar(&o.scaleWindow, "scale-window", 20*time.Second, "steady-state window per size and kind in the scale section")
 	fs.IntVar(&o.fenceWriters, "fence-writers", 8, "concurrent writers in the fence section")
