@@ -9,16 +9,7 @@ import (
 // TestRestConfigTakesTheRateLimitFlags: --kube-api-qps and --kube-api-burst reach the client's
 // config (no hard-coded limit), and the defaults are 50 and 100.
 func TestRestConfigTakesTheRateLimitFlags(t *testing.T) {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeTestKubeconfig(t)
 	defaults, err := Parse([]string{"--lease-name=l", "--kubeconfig=" + kubeconfig}, testEnv(nil, "", "h"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +37,19 @@ current-context: x
 // costs it about a third less CPU than JSON; an API server or proxy that cannot answer in protobuf
 // still gets a client that reads JSON.
 func TestRestConfigAsksForProtobufAndAcceptsJSON(t *testing.T) {
+	kubeconfig := writeTestKubeconfig(t)
+	cfg, err := RestConfig(kubeconfig, 50, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ContentType != "application/vnd.kubernetes.protobuf" || cfg.AcceptContentTypes != "application/vnd.kubernetes.protobuf,application/json" {
+		t.Errorf("RestConfig content type %q, accepts %q; want protobuf, and protobuf then JSON", cfg.ContentType, cfg.AcceptContentTypes)
+	}
+}
+
+// writeTestKubeconfig writes a kubeconfig for a server that is never dialled.
+func writeTestKubeconfig(t *testing.T) string {
+	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
@@ -56,11 +60,5 @@ current-context: x
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := RestConfig(kubeconfig, 50, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ContentType != "application/vnd.kubernetes.protobuf" || cfg.AcceptContentTypes != "application/vnd.kubernetes.protobuf,application/json" {
-		t.Errorf("RestConfig content type %q, accepts %q; want protobuf, and protobuf then JSON", cfg.ContentType, cfg.AcceptContentTypes)
-	}
+	return kubeconfig
 }
