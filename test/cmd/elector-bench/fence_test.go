@@ -16,16 +16,7 @@ func TestFenceRowsJudgePostgresAgainstTheGoalAndReportRedis(t *testing.T) {
 		run("redis", "fenced", 1, 700, 2), run("redis", "plain", 1, 1000, 1),
 	}}
 	rows := r.rows()
-	find := func(prefix string) Row {
-		t.Helper()
-		for _, row := range rows {
-			if strings.HasPrefix(row.Metric, prefix) {
-				return row
-			}
-		}
-		t.Fatalf("no row %q in %+v", prefix, rows)
-		return Row{}
-	}
+	find := func(prefix string) Row { t.Helper(); return findRow(t, rows, prefix) }
 	for _, tt := range []struct {
 		prefix, ratio, met string
 	}{
@@ -44,4 +35,16 @@ func TestFenceRowsJudgePostgresAgainstTheGoalAndReportRedis(t *testing.T) {
 	if got := find("postgres, 1 writer: p99").Metric; !strings.Contains(got, "fenced − plain = 200 µs") {
 		t.Errorf("p99 row %q does not state the delta", got)
 	}
+}
+
+// findRow returns the first of rows whose metric starts with prefix, or fails the test.
+func findRow(t *testing.T, rows []Row, prefix string) Row {
+	t.Helper()
+	for _, row := range rows {
+		if strings.HasPrefix(row.Metric, prefix) {
+			return row
+		}
+	}
+	t.Fatalf("no row %q in %+v", prefix, rows)
+	return Row{}
 }

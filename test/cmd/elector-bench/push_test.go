@@ -109,16 +109,7 @@ func TestPushRowsJudgeThePushMethodsAgainstTwentyMilliseconds(t *testing.T) {
 			Late:    3, Idle: SidecarMem{RSSBytes: 20 << 20, Goroutines: 13, HeapInuse: 3 << 20}, Busy: SidecarMem{RSSBytes: 30 << 20, Goroutines: 2013, HeapInuse: 8 << 20}},
 	}
 	rows := r.rows()
-	find := func(prefix string) Row {
-		t.Helper()
-		for _, row := range rows {
-			if strings.HasPrefix(row.Metric, prefix) {
-				return row
-			}
-		}
-		t.Fatalf("no row %q in %+v", prefix, rows)
-		return Row{}
-	}
+	find := func(prefix string) Row { t.Helper(); return findRow(t, rows, prefix) }
 	for _, tt := range []struct{ prefix, ours, ratio, met string }{
 		{"GET /watch (SSE), app at the new leader: p99", "8.00 ms", "0.0080", "yes"},
 		{"GET /leader?wait=30s long-poll, app at the new leader: p99", "25.0 ms", "0.025", "NO"},
