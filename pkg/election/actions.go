@@ -42,7 +42,7 @@ func (e *Elector) acquire(ctx context.Context) {
 		s.retryAt = e.clock.Now().Add(e.cfg.LeaseDuration)
 		return
 	}
-	raced, spread := contended(s), spreads(s)
+	raced, spread := contended(s), spreads(s, &e.cfg)
 	if s.term != nil {
 		e.loseTerm(LossSuperseded)
 	}
@@ -73,7 +73,7 @@ func (e *Elector) acquire(ctx context.Context) {
 		if spread {
 			// We win (if this lands) with our draw: pass on what it says
 			// about how many contended.
-			setContenders(l, nextContenders(contendersFor(s), s.draw))
+			setContenders(l, nextContenders(contendersFor(s, &e.cfg), s.draw))
 		}
 		got, err = e.leases.Update(reqCtx, l, metav1.UpdateOptions{})
 	}

@@ -61,6 +61,15 @@ type Config struct {
 	// renew, raise or release); a key the Lease already has is never
 	// changed, and no label is ever removed.
 	LeaseLabels map[string]string
+	// ExpectedCandidates is how many candidates usually run for this Lease
+	// (the replica count); 0 means unknown. It only tunes how followers
+	// spread their writes after a release (see ContendersAnnotation): until
+	// the Lease carries an estimate learned from its own handoffs, a
+	// release counts as contended by ExpectedCandidates-1 followers instead
+	// of a prior of 16. With 3 or fewer, followers write at once from the
+	// first handoff; with 100, the first handoffs already spread over a
+	// window wide enough for 99. It never affects who may lead.
+	ExpectedCandidates int
 
 	// Clock is the monotonic clock; nil means the real one.
 	Clock clock.WithTicker
@@ -90,6 +99,9 @@ type EventRecorder interface {
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
 
+// MaxExpectedCandidates bounds Config.ExpectedCandidates.
+const MaxExpectedCandidates = 100000
+
 // BeforeReleaseTimeout bounds Config.BeforeRelease.
 const BeforeReleaseTimeout = 300 * time.Millisecond
 
@@ -103,11 +115,11 @@ const maxLeaseDuration = math.MaxInt32 * time.Second
 // Validate checks the settings (not the client) and returns every problem.
 // Each error's Field is the Config field's JSON-style path (leaseName,
 // leaseNamespace, identity, leaseDuration, renewDeadline, retryPeriod,
-// clockSkewMargin, leaseLabels), so callers map it to their own names (flags, values)
+// clockSkewMargin, leaseLabels, expectedCandidates), so callers map it to their own names (flags, values)
 // without reading the text. Type is field.ErrorTypeRequired for an empty
 // string and field.ErrorTypeInvalid otherwise; BadValue is the string, or a
 // metav1.Duration for the durations (it prints as "10s", not nanoseconds),
-// and "key=value" for a bad Lease label.
+// "key=value" for a bad Lease label, and the int for expectedCandidates.
 func (c *Config) Validate() field.ErrorList {
 	var errs field.ErrorList
 	// Lease names are DNS-1123 subdomains, namespaces DNS-1123 labels, as
@@ -167,6 +179,9 @@ func (c *Config) Validate() field.ErrorList {
 		} else if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
 			errs = append(errs, field.Invalid(labelsPath, k+"="+v, "invalid label value: "+strings.Join(msgs, "; ")))
 		}
+	}
+	if c.ExpectedCandidates < 0 || c.ExpectedCandidates > MaxExpectedCandidates {
+		errs = append(errs, field.Invalid(field.NewPath("expectedCandidates"), c.ExpectedCandidates, fmt.Sprintf("must be between 0 (unknown) and %d", MaxExpectedCandidates)))
 	}
 	skewPath := field.NewPath("clockSkewMargin")
 	if c.ClockSkewMargin < 0 {

@@ -12,7 +12,7 @@ import (
 // configPaths is every field path Validate reports; TestConfigValidate
 // triggers each of them, and callers (the sidecar's flag mapping) rely on
 // this list being complete.
-var configPaths = []string{"leaseName", "leaseNamespace", "identity", "leaseDuration", "renewDeadline", "retryPeriod", "clockSkewMargin", "leaseLabels"}
+var configPaths = []string{"leaseName", "leaseNamespace", "identity", "leaseDuration", "renewDeadline", "retryPeriod", "clockSkewMargin", "leaseLabels", "expectedCandidates"}
 
 // fieldErr is what a case asserts about one error: where and what kind.
 type fieldErr struct {
@@ -110,6 +110,13 @@ func TestConfigValidate(t *testing.T) {
 		{name: "two bad labels, in key order", mutate: func(c *Config) { c.LeaseLabels = map[string]string{"z": "-bad", "a": "bad-"} },
 			want: []fieldErr{invalid("leaseLabels"), invalid("leaseLabels")}},
 
+		// expectedCandidates: 0 (unknown) up to MaxExpectedCandidates.
+		{name: "expected candidates unknown", mutate: func(c *Config) { c.ExpectedCandidates = 0 }},
+		{name: "expected candidates 1", mutate: func(c *Config) { c.ExpectedCandidates = 1 }},
+		{name: "expected candidates at the maximum", mutate: func(c *Config) { c.ExpectedCandidates = MaxExpectedCandidates }},
+		{name: "expected candidates negative", mutate: func(c *Config) { c.ExpectedCandidates = -1 }, want: []fieldErr{invalid("expectedCandidates")}},
+		{name: "expected candidates above the maximum", mutate: func(c *Config) { c.ExpectedCandidates = MaxExpectedCandidates + 1 }, want: []fieldErr{invalid("expectedCandidates")}},
+
 		{name: "several problems at once", mutate: func(c *Config) { c.Name, c.LeaseDuration, c.ClockSkewMargin = "x_y", 10*time.Second, -time.Second },
 			want: []fieldErr{invalid("leaseName"), invalid("leaseDuration"), invalid("clockSkewMargin")}},
 	}
@@ -153,6 +160,10 @@ func checkBadValue(t *testing.T, e *field.Error) {
 		case "leaseName", "leaseNamespace", "identity", "leaseLabels":
 			if _, ok := e.BadValue.(string); !ok {
 				t.Errorf("%s: BadValue %T, want string", e.Field, e.BadValue)
+			}
+		case "expectedCandidates":
+			if _, ok := e.BadValue.(int); !ok {
+				t.Errorf("%s: BadValue %T, want int", e.Field, e.BadValue)
 			}
 		default:
 			if _, ok := e.BadValue.(metav1.Duration); !ok {

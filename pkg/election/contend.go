@@ -29,7 +29,8 @@ import (
 // so it writes exp((1-contendGain) ln previous + contendGain (-ln u - γ))
 // into ContendersAnnotation with its acquiring write, and every follower
 // reads it from the watch. A Lease without the annotation (new, or written
-// by another client) uses contendersPrior.
+// by another client) uses Config.ExpectedCandidates-1 when it is set, and
+// contendersPrior otherwise.
 //
 // decide stays pure: the draw (state.draw, in [0, 1)) is made by the loop
 // each time the election record changes, and the estimate is read from the
@@ -80,8 +81,18 @@ func contended(s *state) bool {
 	return holderOf(s.obs) != "" || s.releaseSeen
 }
 
+// priorContenders is the estimate of a Lease that carries none: the
+// followers of Config.ExpectedCandidates (all candidates but the one that
+// released), or contendersPrior when unknown.
+func priorContenders(c *Config) float64 {
+	if c.ExpectedCandidates > 0 {
+		return min(max(float64(c.ExpectedCandidates-1), 1), contendersMax)
+	}
+	return contendersPrior
+}
+
 // contendersFor is the number of contenders this candidate spreads its
-// draw for: the Lease's estimate (contendersPrior if none), doubled for
+// draw for: the Lease's estimate (priorContenders if none), doubled for
 // each race it lost (state.lost). The estimate comes from the winner's
 // draw and is right only if the winner wrote first because it drew first;
 // when the watch takes longer than the window (a loaded API server, many
@@ -91,10 +102,10 @@ func contended(s *state) bool {
 // round in which the watch showed the Lease taken before this candidate's
 // turn (its window was wide enough) halves it back once. The winner
 // writes its own widened estimate, so newcomers start from it.
-func contendersFor(s *state) float64 {
+func contendersFor(s *state, c *Config) float64 {
 	n := s.contenders
 	if n < 1 {
-		n = contendersPrior
+		n = priorContenders(c)
 	}
 	return min(n*float64(int(1)<<min(s.lost, contendMaxLost)), contendersMax)
 }
@@ -108,22 +119,22 @@ func contendWindow(n float64, c *Config) time.Duration {
 // spreads reports whether this candidate spreads its write: a contended
 // acquisition, and enough contenders (with fewer, a Conflict or two cost
 // less than any wait).
-func spreads(s *state) bool {
-	return contended(s) && contendersFor(s) >= contendAtOnce
+func spreads(s *state, c *Config) bool {
+	return contended(s) && contendersFor(s, c) >= contendAtOnce
 }
 
 // contendDelay is how long after the Lease became takeable (on our clock)
 // this candidate writes, unless the watch shows it taken first.
 func contendDelay(s *state, c *Config) time.Duration {
-	if !spreads(s) {
+	if !spreads(s, c) {
 		return 0
 	}
-	return time.Duration(s.draw * float64(contendWindow(contendersFor(s), c)))
+	return time.Duration(s.draw * float64(contendWindow(contendersFor(s, c), c)))
 }
 
 // nextContenders is the estimate the winner of a contended acquisition
-// writes: prev (the contenders it drew for; < 1: none known) moved towards
-// what its draw u says.
+// writes: prev (the contenders it drew for; < 1: contendersPrior) moved
+// towards what its draw u says.
 func nextContenders(prev, u float64) float64 {
 	if prev < 1 {
 		prev = contendersPrior

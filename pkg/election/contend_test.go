@@ -77,7 +77,13 @@ func runHandoffRound(t *testing.T, api *fakeAPI, leader *stepped, cands []*stepp
 // seeded draws (draws false: every draw 0, i.e. no spreading), and lets
 // the first take it.
 func manyCandidates(t *testing.T, n int, draws bool) (*fakeAPI, []*stepped) {
-	api := newFakeAPI(t, heldLease("", 1))
+	return manyCandidatesOn(newFakeAPI(t, heldLease("", 1)), n, draws)
+}
+
+// manyCandidatesOn is manyCandidates on api, whose Lease is free.
+func manyCandidatesOn(api *fakeAPI, n int, draws bool) (*fakeAPI, []*stepped) {
+	t := api.t
+	t.Helper()
 	cands := make([]*stepped, n)
 	for i := range cands {
 		c := api.stepped(fmt.Sprintf("c%03d", i))
@@ -149,6 +155,52 @@ func TestAfterAReleaseOnlyAFewOfManyFollowersWrite(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestExpectedCandidatesSetTheFirstHandoffsWindow(t *testing.T) {
+	const watchDelay = 5 * time.Millisecond
+	expect := func(n int) func(*Config) { return func(c *Config) { c.ExpectedCandidates = n } }
+	firstRound := func(t *testing.T, n int, mutate func(*Config)) handoffRound {
+		api := newFakeAPI(t, heldLease("", 1))
+		api.mutate = mutate
+		api, cands := manyCandidatesOn(api, n, true)
+		if contendersOf(api.lease()) != 0 {
+			t.Fatalf("the Lease carries an estimate before any handoff: %v", api.lease().Annotations)
+		}
+		return runHandoffRound(t, api, cands[0], cands, watchDelay)
+	}
+	t.Run("3 candidates write at once from the first handoff", func(t *testing.T) {
+		// Without the hint the prior (16) spreads the first handoffs over
+		// 32 ms: the first write comes late.
+		if r := firstRound(t, 3, nil); r.firstWrite == 0 {
+			t.Fatalf("without the hint the first write came at once; the test cannot tell the hint's effect")
+		}
+		r := firstRound(t, 3, expect(3))
+		if r.firstWrite != 0 || r.writes != 2 {
+			t.Fatalf("with 3 expected: first write after %v, %d writes; want at once, both followers", r.firstWrite, r.writes)
+		}
+	})
+	t.Run("100 candidates spread the first handoff for 99", func(t *testing.T) {
+		without := firstRound(t, 100, nil)
+		with := firstRound(t, 100, expect(100))
+		t.Logf("first handoff: %d writes without the hint, %d with 100 expected (first write after %v)", without.writes, with.writes, with.firstWrite)
+		if with.writes > 8 || with.writes >= without.writes {
+			t.Fatalf("with 100 expected: %d writes on the first handoff, want <= 8 and fewer than without the hint (%d)", with.writes, without.writes)
+		}
+		if with.firstWrite > 20*time.Millisecond {
+			t.Fatalf("with 100 expected: first write after %v, want <= 20ms", with.firstWrite)
+		}
+	})
+	t.Run("the Lease's own estimate wins over the hint", func(t *testing.T) {
+		l := heldLease("", 1)
+		setContenders(l, 2) // as earlier handoffs left it
+		api := newFakeAPI(t, l)
+		api.mutate = expect(100)
+		api, cands := manyCandidatesOn(api, 3, true)
+		if r := runHandoffRound(t, api, cands[0], cands, watchDelay); r.firstWrite != 0 {
+			t.Fatalf("estimate 2 on the Lease, 100 expected: first write after %v, want at once", r.firstWrite)
+		}
+	})
 }
 
 func TestFollowerThatSawTheLeaseTakenDropsItsAttempt(t *testing.T) {
