@@ -63,6 +63,10 @@ type Config struct {
 	// commas ("" for none); ElectionConfig parses it.
 	LeaseLabels string
 
+	// ExpectedCandidates is --expected-candidates: how many candidates
+	// usually run for the Lease (0: unknown).
+	ExpectedCandidates int
+
 	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit on API
 	// server requests (--kube-api-qps, --kube-api-burst).
 	KubeAPIQPS   float64
@@ -120,6 +124,7 @@ var Flags = []flagSpec{
 	{"app-health-success-threshold", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD"},
 	{"leader-label", "ELECTOR_LEADER_LABEL"},
 	{"lease-labels", "ELECTOR_LEASE_LABELS"},
+	{"expected-candidates", "ELECTOR_EXPECTED_CANDIDATES"},
 	{"kube-api-qps", "ELECTOR_KUBE_API_QPS"},
 	{"kube-api-burst", "ELECTOR_KUBE_API_BURST"},
 }
@@ -150,6 +155,7 @@ func newFlagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.AppHealthSuccessThreshold, "app-health-success-threshold", apphealth.DefaultSuccessThreshold, "consecutive passed probes that make the app healthy (the pod campaigns)")
 	fs.StringVar(&c.LeaderLabel, "leader-label", "", "label key (e.g. "+leaderlabel.DefaultKey+") set to \"true\" on this pod (named by --identity, in the Lease namespace) while it leads, for a Service that routes to the leader (default: off)")
 	fs.StringVar(&c.LeaseLabels, "lease-labels", "", "labels of the Lease, key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing): set when this sidecar creates the Lease; its next write adds any the Lease lacks, and changes or removes none (default: none)")
+	fs.IntVar(&c.ExpectedCandidates, "expected-candidates", 0, "how many candidates usually run for this Lease (the replica count), so that the first handoffs on a new Lease spread the followers' writes as wide as needed: 3 or fewer write at once, 100 spread over ~200 ms; 0: unknown (the Lease learns it from its handoffs)")
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "client-side limit on API server requests per second (sustained)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "client-side limit on API server requests in a burst above --kube-api-qps")
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
@@ -275,14 +281,15 @@ func (c *Config) Validate() error {
 // error's text; TestElectionFieldsHaveFlags fails when the election reports
 // a path that is missing here.
 var electionFlags = map[string]string{
-	"leaseName":       "lease-name",
-	"leaseNamespace":  "lease-namespace",
-	"identity":        "identity",
-	"leaseDuration":   "lease-duration",
-	"renewDeadline":   "renew-deadline",
-	"retryPeriod":     "retry-period",
-	"clockSkewMargin": "clock-skew-margin",
-	"leaseLabels":     "lease-labels",
+	"leaseName":          "lease-name",
+	"leaseNamespace":     "lease-namespace",
+	"identity":           "identity",
+	"leaseDuration":      "lease-duration",
+	"renewDeadline":      "renew-deadline",
+	"retryPeriod":        "retry-period",
+	"clockSkewMargin":    "clock-skew-margin",
+	"leaseLabels":        "lease-labels",
+	"expectedCandidates": "expected-candidates",
 }
 
 // flagError words an election field error as one line naming its flag:
@@ -460,14 +467,15 @@ func checkAppHealthURL(s string) error {
 func (c *Config) ElectionConfig() election.Config {
 	labels, _ := parseLabels(c.LeaseLabels)
 	return election.Config{
-		Namespace:       c.LeaseNamespace,
-		Name:            c.LeaseName,
-		Identity:        c.Identity,
-		LeaseDuration:   c.LeaseDuration,
-		RenewDeadline:   c.RenewDeadline,
-		RetryPeriod:     c.RetryPeriod,
-		ClockSkewMargin: c.ClockSkewMargin,
-		LeaseLabels:     labels,
+		Namespace:          c.LeaseNamespace,
+		Name:               c.LeaseName,
+		Identity:           c.Identity,
+		LeaseDuration:      c.LeaseDuration,
+		RenewDeadline:      c.RenewDeadline,
+		RetryPeriod:        c.RetryPeriod,
+		ClockSkewMargin:    c.ClockSkewMargin,
+		LeaseLabels:        labels,
+		ExpectedCandidates: c.ExpectedCandidates,
 	}
 }
 
