@@ -34,6 +34,15 @@ func TestDependency(t *testing.T) {
 	if env := envMap(&sc); env["ELECTOR_LEASE_NAME"] != "my-app" || env["POD_NAME"] != "fieldRef:metadata.name" {
 		t.Errorf("sidecar env = %v", env)
 	}
+	// The subchart renders no workload: it does not know the replica count, so no hint unless given.
+	if v, ok := envMap(&sc)["ELECTOR_EXPECTED_CANDIDATES"]; ok {
+		t.Errorf("sidecar env ELECTOR_EXPECTED_CANDIDATES = %q without election.expectedCandidates, want unset", v)
+	}
+	hinted := mustRender(t, renderOpts{Chart: parent, Set: []string{"elector-sidecar.election.expectedCandidates=4"}})
+	hpod, _ := podSpec(t, hinted, "Deployment")
+	if v := envMap(&hpod.Spec.InitContainers[0])["ELECTOR_EXPECTED_CANDIDATES"]; v != "4" {
+		t.Errorf("with elector-sidecar.election.expectedCandidates=4: ELECTOR_EXPECTED_CANDIDATES = %q, want 4", v)
+	}
 	if want := "ghcr.io/elector-sidecar/elector-sidecar:0.1.0"; sc.Image != want {
 		t.Errorf("sidecar image = %q, want %q (the subchart's appVersion, not the parent's)", sc.Image, want)
 	}

@@ -7,7 +7,8 @@ import (
 
 // TestLeaseLabelsAndKubeAPIValues: the sidecar gets the release's app.kubernetes.io/name and
 // app.kubernetes.io/instance as its Lease labels (ELECTOR_LEASE_LABELS, sorted by key), merged with
-// election.leaseLabels (which win), and sidecar.kubeAPIQPS / kubeAPIBurst as ELECTOR_KUBE_API_*.
+// election.leaseLabels (which win), sidecar.kubeAPIQPS / kubeAPIBurst as ELECTOR_KUBE_API_*, and
+// election.expectedCandidates (else workload.replicas) as ELECTOR_EXPECTED_CANDIDATES.
 func TestLeaseLabelsAndKubeAPIValues(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -27,6 +28,10 @@ func TestLeaseLabelsAndKubeAPIValues(t *testing.T) {
 		{name: "fractional qps from --set (a string), a large burst", set: []string{"sidecar.kubeAPIQPS=0.5", "sidecar.kubeAPIBurst=1000000"},
 			want: map[string]string{"ELECTOR_KUBE_API_QPS": "0.5", "ELECTOR_KUBE_API_BURST": "1000000"}},
 		{name: "integer qps", set: []string{"sidecar.kubeAPIQPS=200"}, want: map[string]string{"ELECTOR_KUBE_API_QPS": "200"}},
+		{name: "expected candidates: the workload's replicas", want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "3"}},
+		{name: "expected candidates follow workload.replicas", set: []string{"workload.replicas=100"}, want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "100"}},
+		{name: "expected candidates unknown without replicas", set: []string{"workload.replicas=0"}, want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": ""}},
+		{name: "expected candidates given win over the replicas", set: []string{"workload.replicas=5", "election.expectedCandidates=40"}, want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "40"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,6 +73,9 @@ func TestLeaseLabelsAndKubeAPIBadValues(t *testing.T) {
 		{"qps not a number", []string{"sidecar.kubeAPIQPS=fast"}, []string{"/sidecar/kubeAPIQPS", "does not match pattern"}},
 		{"burst zero", []string{"sidecar.kubeAPIBurst=0"}, []string{"/sidecar/kubeAPIBurst", "minimum"}},
 		{"burst fractional", []string{"sidecar.kubeAPIBurst=1.5"}, []string{"/sidecar/kubeAPIBurst", "want integer"}},
+		{"expected candidates negative", []string{"election.expectedCandidates=-1"}, []string{"/election/expectedCandidates", "minimum"}},
+		{"expected candidates too many", []string{"election.expectedCandidates=100001"}, []string{"/election/expectedCandidates", "maximum"}},
+		{"expected candidates not a number", []string{"election.expectedCandidates=three"}, []string{"/election/expectedCandidates", "want integer"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

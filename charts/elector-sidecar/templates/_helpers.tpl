@@ -241,6 +241,18 @@ demo's health port (with the demo in this chart's workload), else the first of a
 {{- $port }}
 {{- end }}
 
+{{/*
+elector-sidecar.expectedCandidates: --expected-candidates, "" when unknown: election.expectedCandidates,
+or else workload.replicas when the chart renders the workload.
+*/}}
+{{- define "elector-sidecar.expectedCandidates" -}}
+{{- $n := int64 (.Values.election.expectedCandidates | default 0) -}}
+{{- if and (eq $n 0) .Values.workload.enabled -}}
+{{- $n = int64 .Values.workload.replicas -}}
+{{- end -}}
+{{- if gt $n 0 }}{{ $n }}{{ end -}}
+{{- end }}
+
 {{/* The sidecar's environment: Downward API identity plus ELECTOR_* settings. */}}
 {{- define "elector-sidecar.env" -}}
 - name: POD_NAME
@@ -285,6 +297,10 @@ demo's health port (with the demo in this chart's workload), else the first of a
   value: {{ .Values.sidecar.kubeAPIQPS | toString | quote }}
 - name: ELECTOR_KUBE_API_BURST
   value: {{ int64 .Values.sidecar.kubeAPIBurst | toString | quote }}
+{{- with include "elector-sidecar.expectedCandidates" . }}
+- name: ELECTOR_EXPECTED_CANDIDATES
+  value: {{ . | quote }}
+{{- end }}
 {{- if .Values.appHealth.enabled }}
 - name: ELECTOR_APP_HEALTH_URL
   value: {{ printf "http://127.0.0.1:%s%s" (include "elector-sidecar.appHealthPort" .) .Values.appHealth.path | quote }}
