@@ -64,6 +64,9 @@ func TestGoalChecksAtTheirBoundaries(t *testing.T) {
 		{goalAPIRenew, 1, nan, true}, {goalAPIRenew, 2, nan, false},
 		{goalLocalMax, 70, 100, true}, {goalLocalMax, 69.9, 100, false},
 		{goalLocalP99, 0.999, 0.5, true}, {goalLocalP99, 1, 0.5, false},
+		// issue 12: medians against the bare handler's in the same run
+		{goalLocalMaxRatio, 95, 100, true}, {goalLocalMaxRatio, 94.9, 100, false},
+		{goalLocalP99Ratio, 1.1, 1, true}, {goalLocalP99Ratio, 1.11, 1, false},
 		{goalLocalAllocs, 3, 3, true}, {goalLocalAllocs, 4, 3, false},
 		// issue 12: ≤ 20 MiB and ≤ 0.9 × client-go
 		{goalFootprintRSS, 18 * mib, 20 * mib, true},
@@ -116,6 +119,39 @@ func TestFootprintRowsJudgeRSSAgainstIssue12(t *testing.T) {
 	}
 	if rows[0].Goal != "≤ 20 MiB and ≤ 0.9 × client-go" || rows[2].Goal != "≤ 18 MiB" {
 		t.Errorf("goals %q, %q", rows[0].Goal, rows[2].Goal)
+	}
+}
+
+func TestLocalAPIRowsJudgeThroughputAndP99AgainstBothIssues(t *testing.T) {
+	run := func(target, mode string, rps, p99 float64) LoadResult {
+		return LoadResult{Target: target, Mode: mode, RPS: rps, Latency: Dist{N: 100, P50: p99 / 4, P99: p99}}
+	}
+	r := &LocalAPIResult{Rate: 5000}
+	for _, f := range []float64{1, 0.9, 1.1} { // medians: bare 30000 / 0.8 ms
+		r.Runs = append(r.Runs,
+			run("bare net/http", "max", 30000*f, 5), run("/leader", "max", 29000*f, 5), run("/token", "max", 27000*f, 5),
+			run("bare net/http", "fixed", 5000, 0.8*f), run("/leader", "fixed", 5000, 0.87*f), run("/token", "fixed", 5000, 1.0*f))
+	}
+	got := map[string][2]string{}
+	for _, row := range r.rows() {
+		got[row.Metric] = [2]string{row.Goal, row.Met}
+	}
+	for metric, want := range map[string][2]string{
+		"GET /leader: max throughput, req/s (median; min–max)": {"≥ 0.70 × bare; ≥ 0.95 × bare", "yes; yes"}, // 0.967
+		"GET /token: max throughput, req/s (median; min–max)":  {"≥ 0.70 × bare; ≥ 0.95 × bare", "yes; NO"},  // 0.90
+		"GET /leader at 5000 req/s: p99 (send -> response)":    {"< 1 ms; ≤ 1.1 × bare", "yes; yes"},         // 0.87 ms, 1.09 ×
+		"GET /token at 5000 req/s: p99 (send -> response)":     {"< 1 ms; ≤ 1.1 × bare", "NO; NO"},           // 1 ms, 1.25 ×
+		"GET /leader: p99 at max throughput":                   {"", ""},
+	} {
+		if g, ok := got[metric]; !ok || g != want {
+			t.Errorf("%s: goal, met %q, want %q (rows %q)", metric, g, want, got)
+		}
+	}
+	rep := &Report{Sections: []*Section{{Key: "localapi", Rows: r.rows()}}}
+	for g, want := range map[*Goal]string{goalLocalMax: "yes", goalLocalMaxRatio: "NO (1 of 2)", goalLocalP99: "NO (1 of 2)", goalLocalP99Ratio: "NO (1 of 2)", goalLocalAllocs: "not measured"} {
+		if v := rep.goalVerdict(g); v != want {
+			t.Errorf("%q %s: verdict %q, want %q", g.Metric, g.Text, v, want)
+		}
 	}
 }
 

@@ -61,6 +61,7 @@ type options struct {
 	maxDur         time.Duration
 	fixedDur       time.Duration
 	repeats        int
+	localAPIPin    bool
 	scaleSizes     []int
 	scaleTrials    int
 	scaleWindow    time.Duration
@@ -100,6 +101,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.maxDur, "max-duration", 3*time.Second, "length of one max-throughput run in the localapi section")
 	fs.DurationVar(&o.fixedDur, "fixed-duration", 4*time.Second, "length of one fixed-rate run in the localapi section")
 	fs.IntVar(&o.repeats, "repeats", 3, "repeats of each localapi run (interleaved across targets)")
+	fs.BoolVar(&o.localAPIPin, "localapi-pin", false, "in the localapi section, pin the server being measured alone to one CPU and the load generator, the control plane and the other server to the others (needs 2 or more CPUs; off by default: on the shared 2-core machine it did not lower the p99 or its spread)")
 	sizes := fs.String("scale-sizes", "3,10,100", "candidate counts in the scale section (3 and 100 carry goals)")
 	fs.IntVar(&o.scaleTrials, "scale-trials", 10, "handoff trials per size and kind in the scale section")
 	fs.DurationVar(&o.scaleWindow, "scale-window", 20*time.Second, "steady-state window per size and kind in the scale section")
@@ -331,8 +333,8 @@ func run(ctx context.Context, o *options) error {
 
 	var handoff map[string]*TrialsResult
 	section("localapi", "4. Local API: /leader and /token under load vs a bare net/http handler",
-		fmt.Sprintf("one leading sidecar; %d keep-alive connections from a Go load generator on the same machine; max throughput %v per run, fixed rate %.0f req/s %v per run; %d repeats interleaved (median and min–max shown); latency from writing the request to reading the response, at fixed rate also from the scheduled send",
-			o.conns, o.maxDur, o.rate, o.fixedDur, o.repeats), "bare net/http",
+		fmt.Sprintf("one leading sidecar; %d keep-alive connections from a Go load generator on the same machine; %s; max throughput %v per run, fixed rate %.0f req/s %v per run; %d repeats interleaved (median and min–max shown); latency from writing the request to reading the response, at fixed rate also from the scheduled send",
+			o.conns, localAPIPinText(o.localAPIPin), o.maxDur, o.rate, o.fixedDur, o.repeats), "bare net/http",
 		func(s *Section) error {
 			r, err := e.runLocalAPI(ctx, o)
 			s.Data = r

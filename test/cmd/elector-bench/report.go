@@ -15,13 +15,13 @@ import (
 
 // Row is one line of the table. Ratio is ours/baseline.
 type Row struct {
-	Metric   string `json:"metric"`
-	Ours     string `json:"ours"`
-	Baseline string `json:"baseline"`
-	Ratio    string `json:"ratio"`
-	Goal     string `json:"goal,omitempty"`
-	Met      string `json:"met,omitempty"` // "yes", "NO", or ""
-	goal     *Goal  // the goal Goal and Met come from (goals.go)
+	Metric   string   `json:"metric"`
+	Ours     string   `json:"ours"`
+	Baseline string   `json:"baseline"`
+	Ratio    string   `json:"ratio"`
+	Goal     string   `json:"goal,omitempty"`
+	Met      string   `json:"met,omitempty"` // "yes", "NO", or "" ("yes; NO" with two goals)
+	goals    []judged // the goals Goal and Met come from, in order (goals.go)
 }
 
 // Section is one numbered part of the benchmark.

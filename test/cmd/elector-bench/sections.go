@@ -32,6 +32,9 @@ type LocalAPIResult struct {
 	// testing.B with -benchmem), by name: BareHandler, Leader,
 	// LeaderNotModified, Token.
 	Handlers map[string]HandlerCost `json:"handlerBenchmarks,omitempty"`
+	// Pinned: the CPUs of the server being measured and of everything
+	// else (--localapi-pin); nil when not pinned.
+	Pinned *cpuPlan `json:"pinned,omitempty"`
 }
 
 // HandlerCost is one Go benchmark's figures per request.
@@ -93,7 +96,10 @@ func parseBenchOutput(b []byte) map[string]HandlerCost {
 	return res
 }
 
-type loadTarget struct{ name, addr, path string }
+type loadTarget struct {
+	name, addr, path string
+	pid              int // the server's process
+}
 
 func (e *env) runLocalAPI(ctx context.Context, o *options) (*LocalAPIResult, error) {
 	res := &LocalAPIResult{Conns: o.conns, Rate: o.rate}
@@ -127,14 +133,44 @@ func (e *env) runLocalAPI(ctx context.Context, o *options) (*LocalAPIResult, err
 	if err := waitDial(bareAddr, 10*time.Second); err != nil {
 		return res, err
 	}
-	targets := []loadTarget{{"bare net/http", bareAddr, "/token"}, {"/leader", sidecar, "/leader"}, {"/token", sidecar, "/token"}}
+	targets := []loadTarget{{"bare net/http", bareAddr, "/token", bare.Pid()}, {"/leader", sidecar, "/leader", p.members[0].Pid()}, {"/token", sidecar, "/token", p.members[0].Pid()}}
 	for _, t := range targets {
 		res.Targets = append(res.Targets, t.name)
+	}
+	// measure pins t's server alone to its CPU and the other server with
+	// the rest, when pinning.
+	measure := func(t loadTarget) error { return nil }
+	if o.localAPIPin {
+		pin, plan, err := pinLocalAPI()
+		if pin != nil {
+			defer func() {
+				if err := pin.restore(); err != nil {
+					e.progress("    restoring the CPU affinity: %v", err)
+				}
+			}()
+		}
+		if err != nil {
+			return res, err
+		}
+		res.Pinned = &plan
+		measure = func(t loadTarget) error {
+			for _, other := range targets {
+				if other.pid != t.pid {
+					if err := pin.pin(other.pid, plan.Rest); err != nil {
+						return err
+					}
+				}
+			}
+			return pin.pin(t.pid, []int{plan.Server})
+		}
 	}
 	// Interleave targets in each repeat, so drift in the machine's load
 	// hits all of them alike.
 	for r := 0; r < o.repeats; r++ {
 		for _, t := range targets {
+			if err := measure(t); err != nil {
+				return res, err
+			}
 			lr, err := runLoad(ctx, t.name, t.addr, t.path, o.conns, 0, o.maxDur)
 			if err != nil {
 				return res, err
@@ -143,6 +179,9 @@ func (e *env) runLocalAPI(ctx context.Context, o *options) (*LocalAPIResult, err
 			e.progress("    %s max: %.0f req/s, p99 %s", t.name, lr.RPS, fmtMs(lr.Latency.P99))
 		}
 		for _, t := range targets {
+			if err := measure(t); err != nil {
+				return res, err
+			}
 			lr, err := runLoad(ctx, t.name, t.addr, t.path, o.conns, o.rate, o.fixedDur)
 			if err != nil {
 				return res, err
@@ -193,6 +232,7 @@ func (r *LocalAPIResult) rows() []Row {
 			Ratio: ratio(s.Median, bmax.Median),
 		})
 		goalLocalMax.judge(&rows[len(rows)-1], s.Median, bmax.Median)
+		goalLocalMaxRatio.judge(&rows[len(rows)-1], s.Median, bmax.Median)
 	}
 	bm99 := r.spreads(bare, "max", p99)
 	for _, t := range []string{"/leader", "/token"} {
@@ -211,6 +251,7 @@ func (r *LocalAPIResult) rows() []Row {
 		o50, o99, os99, ach := r.spreads(t, "fixed", p50), r.spreads(t, "fixed", p99), r.spreads(t, "fixed", s99), r.spreads(t, "fixed", rps)
 		p99 := Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: p99 (send -> response)", t, r.Rate), Ours: fmtMsSpread(o99), Baseline: fmtMsSpread(b99), Ratio: ratio(o99.Median, b99.Median)}
 		goalLocalP99.judge(&p99, o99.Median, b99.Median)
+		goalLocalP99Ratio.judge(&p99, o99.Median, b99.Median)
 		rows = append(rows,
 			Row{Metric: fmt.Sprintf("GET %s at %.0f req/s: p50 (send -> response)", t, r.Rate), Ours: fmtMsSpread(o50), Baseline: fmtMsSpread(b50), Ratio: ratio(o50.Median, b50.Median)},
 			p99,
