@@ -69,6 +69,9 @@ type pool struct {
 	// countRequests: scrape the apiserver's Lease request counts around
 	// every trial.
 	countRequests bool
+	// expected, if > 0, is passed to our sidecars as --expected-candidates
+	// (as the chart passes workload.replicas).
+	expected int
 
 	events chan acqEvent
 
@@ -109,6 +112,9 @@ func (p *pool) spec() framework.CandidateSpec {
 	if p.kind == framework.KindSidecar {
 		// The framework turns debug logging on for tests; benchmark what ships.
 		s.ExtraArgs = []string{"--log-level=info"}
+		if p.expected > 0 {
+			s.ExtraArgs = append(s.ExtraArgs, fmt.Sprintf("--expected-candidates=%d", p.expected))
+		}
 	}
 	marker := acquiredMarker[p.kind]
 	s.Output = framework.NewLineWriter(func(line string) {

@@ -248,7 +248,9 @@ func (h *leaseHost) startOne(lease string) error {
 			Client: client, Namespace: h.o.namespace, Name: lease, Identity: id,
 			LeaseDuration: election.DefaultLeaseDuration, RenewDeadline: election.DefaultRenewDeadline,
 			RetryPeriod: election.DefaultRetryPeriod, ClockSkewMargin: election.DefaultClockSkewMargin,
-			Logger: h.log,
+			// As the chart passes its replica count.
+			ExpectedCandidates: h.o.candidates,
+			Logger:             h.log,
 		})
 		if err != nil {
 			cancel()

@@ -345,7 +345,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	section("handoff", "1. Graceful handoff: leader leaves -> next candidate has acquired the Lease",
-		fmt.Sprintf("%d candidates on one Lease, timings %s for both, client-go with ReleaseOnCancel; %d trials per series; leader SIGTERMed (both) or POST /release (ours); the old leader is replaced by a new process each trial; end = the new leader logs its successful acquiring write",
+		fmt.Sprintf("%d candidates on one Lease, timings %s for both, client-go with ReleaseOnCancel, ours with --expected-candidates=%[1]d (as the chart sets it from its replicas); %[3]d trials per series; leader SIGTERMed (both) or POST /release (ours); the old leader is replaced by a new process each trial; end = the new leader logs its successful acquiring write",
 			o.candidates, fmtTimings(handoffT), o.trials), "client-go",
 		func(s *Section) error {
 			handoff = map[string]*TrialsResult{}
@@ -409,7 +409,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	section("scale", "6. Scale: many candidates on one Lease",
-		fmt.Sprintf("sizes %v, timings %s for both; %v steady-state window (Lease requests of all candidates, after the start-up burst), then %d SIGTERM handoffs each",
+		fmt.Sprintf("sizes %v, timings %s for both, ours with --expected-candidates=SIZE (as the chart sets it from its replicas); %v steady-state window (Lease requests of all candidates, after the start-up burst), then %d SIGTERM handoffs each",
 			o.scaleSizes, fmtTimings(handoffT), o.scaleWindow, o.scaleTrials), "client-go",
 		func(s *Section) error {
 			pts, err := e.runScale(ctx, o)
@@ -445,7 +445,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	section("leases", "9. Many Leases: one candidate group per Lease on one apiserver",
-		fmt.Sprintf("%d Leases x %d candidates per kind, default timings %s; simulated: every candidate of a kind in one `elector-bench lease-host` process, each with its own client and TCP+TLS connection (ours: a pkg/election Elector built as the sidecar builds it, without its local API; client-go: a LeaderElector on a LeaseLock with ReleaseOnCancel); the kinds one after the other, each in a fresh namespace; after every Lease is held and %v more, a %v window: apiserver_request_total for leases by verb, CPU from /proc/PID/stat and RSS from /proc/PID/status; then %d handoffs on different Leases, one at a time: the leader's Run context is cancelled (it releases, as on SIGTERM), latency until the bench's informer sees another candidate of the group hold the Lease",
+		fmt.Sprintf("%d Leases x %d candidates per kind, default timings %s; simulated: every candidate of a kind in one `elector-bench lease-host` process, each with its own client and TCP+TLS connection (ours: a pkg/election Elector built as the sidecar builds it, with ExpectedCandidates = %[2]d as the chart sets it, without its local API; client-go: a LeaderElector on a LeaseLock with ReleaseOnCancel); the kinds one after the other, each in a fresh namespace; after every Lease is held and %[4]v more, a %[5]v window: apiserver_request_total for leases by verb, CPU from /proc/PID/stat and RSS from /proc/PID/status; then %[6]d handoffs on different Leases, one at a time: the leader's Run context is cancelled (it releases, as on SIGTERM), latency until the bench's informer sees another candidate of the group hold the Lease",
 			o.leases, o.leasesCandidates, fmtTimings(handoffT), o.leasesSettle, o.leasesWindow, o.leasesTrials), "client-go",
 		func(s *Section) error {
 			r, err := e.runLeases(ctx, o)
