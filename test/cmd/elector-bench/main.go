@@ -100,7 +100,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.Float64Var(&o.rate, "rate", 5000, "fixed request rate (req/s) in the localapi section")
 	fs.DurationVar(&o.maxDur, "max-duration", 3*time.Second, "length of one max-throughput run in the localapi section")
 	fs.DurationVar(&o.fixedDur, "fixed-duration", 4*time.Second, "length of one fixed-rate run in the localapi section")
-	fs.IntVar(&o.repeats, "repeats", 3, "repeats of each localapi run (interleaved across targets)")
+	fs.IntVar(&o.repeats, "repeats", 5, "repeats of each run in the localapi, fence and idleconns sections (interleaved; their tables show the median and min–max)")
 	fs.BoolVar(&o.localAPIPin, "localapi-pin", false, "in the localapi section, pin the server being measured alone to one CPU and the load generator, the control plane and the other server to the others (needs 2 or more CPUs; off by default: on the shared 2-core machine it did not lower the p99 or its spread)")
 	sizes := fs.String("scale-sizes", "3,10,100", "candidate counts in the scale section (3 and 100 carry goals)")
 	fs.IntVar(&o.scaleTrials, "scale-trials", 10, "handoff trials per size and kind in the scale section")
