@@ -155,7 +155,7 @@ func newFlagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.AppHealthSuccessThreshold, "app-health-success-threshold", apphealth.DefaultSuccessThreshold, "consecutive passed probes that make the app healthy (the pod campaigns)")
 	fs.StringVar(&c.LeaderLabel, "leader-label", "", "label key (e.g. "+leaderlabel.DefaultKey+") set to \"true\" on this pod (named by --identity, in the Lease namespace) while it leads, for a Service that routes to the leader (default: off)")
 	fs.StringVar(&c.LeaseLabels, "lease-labels", "", "labels of the Lease, key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing): set when this sidecar creates the Lease; its next write adds any the Lease lacks, and changes or removes none (default: none)")
-	fs.IntVar(&c.ExpectedCandidates, "expected-candidates", 0, "how many candidates usually run for this Lease (the replica count), so that the first handoffs on a new Lease spread the followers' writes as wide as needed: 3 or fewer write at once, 100 spread over ~200 ms; 0: unknown (the Lease learns it from its handoffs)")
+	fs.IntVar(&c.ExpectedCandidates, "expected-candidates", 0, "how many candidates usually run for this Lease (the replica count): after a release the followers spread their writes over a window sized for at least this many (3 or fewer write at once, 100 over ~1 s); 0: unknown (the Lease learns it from its handoffs)")
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "client-side limit on API server requests per second (sustained)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "client-side limit on API server requests in a burst above --kube-api-qps")
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")

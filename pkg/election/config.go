@@ -63,12 +63,14 @@ type Config struct {
 	LeaseLabels map[string]string
 	// ExpectedCandidates is how many candidates usually run for this Lease
 	// (the replica count); 0 means unknown. It only tunes how followers
-	// spread their writes after a release (see ContendersAnnotation): until
-	// the Lease carries an estimate learned from its own handoffs, a
-	// release counts as contended by ExpectedCandidates-1 followers instead
-	// of a prior of 16. With 3 or fewer, followers write at once from the
-	// first handoff; with 100, the first handoffs already spread over a
-	// window wide enough for 99. It never affects who may lead.
+	// spread their writes after a release (see ContendersAnnotation): a
+	// release counts as contended by at least ExpectedCandidates-1
+	// followers (without it: the estimate the Lease carries, learned from
+	// its handoffs, or 16 before it has one). With 3 or fewer, followers
+	// write at once from the first handoff; with 100, they spread over
+	// about 1 s, the first write ~10 ms after the release. A hint far above
+	// the real number slows handoffs (up to RetryPeriod); it never affects
+	// who may lead.
 	ExpectedCandidates int
 
 	// Clock is the monotonic clock; nil means the real one.

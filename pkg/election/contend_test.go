@@ -191,14 +191,27 @@ func TestExpectedCandidatesSetTheFirstHandoffsWindow(t *testing.T) {
 			t.Fatalf("with 100 expected: first write after %v, want <= 20ms", with.firstWrite)
 		}
 	})
-	t.Run("the Lease's own estimate wins over the hint", func(t *testing.T) {
+	onLeaseWithEstimate := func(t *testing.T, estimate float64, expected int) handoffRound {
 		l := heldLease("", 1)
-		setContenders(l, 2) // as earlier handoffs left it
+		setContenders(l, estimate) // as earlier handoffs left it
 		api := newFakeAPI(t, l)
-		api.mutate = expect(100)
+		api.mutate = expect(expected)
 		api, cands := manyCandidatesOn(api, 3, true)
-		if r := runHandoffRound(t, api, cands[0], cands, watchDelay); r.firstWrite != 0 {
-			t.Fatalf("estimate 2 on the Lease, 100 expected: first write after %v, want at once", r.firstWrite)
+		return runHandoffRound(t, api, cands[0], cands, watchDelay)
+	}
+	t.Run("the hint is a floor under the Lease's estimate", func(t *testing.T) {
+		// Many racing writes bias the winner's draw low; with the hint the
+		// estimate never drifts below the group.
+		if r := onLeaseWithEstimate(t, 2, 100); r.firstWrite == 0 {
+			t.Fatalf("estimate 2 on the Lease, 100 expected: the followers wrote at once, want spread")
+		}
+		if r := onLeaseWithEstimate(t, 2, 3); r.firstWrite != 0 {
+			t.Fatalf("estimate 2 on the Lease, 3 expected: first write after %v, want at once", r.firstWrite)
+		}
+	})
+	t.Run("a Lease estimate above the hint wins", func(t *testing.T) {
+		if r := onLeaseWithEstimate(t, 50, 3); r.firstWrite == 0 {
+			t.Fatalf("estimate 50 on the Lease, 3 expected: the followers wrote at once, want spread")
 		}
 	})
 }
