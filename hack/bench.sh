@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: elector-sidecar vs client-go's leaderelection on one local etcd + kube-apiserver, in
 # one run (test/cmd/elector-bench). Prints a table (ours, client-go or a bare net/http handler, ratio,
-# goal) and writes results/bench-<time>.{md,json} and a PNG CDF of the handoff latency. About 13
+# goal) and writes results/bench-<time>.{md,json} and a PNG CDF of the handoff latency. About 27
 # minutes on 2 cores; the control-plane binaries are built once into the cache on first use (~6 min).
 #
 #   hack/bench.sh                              everything (the numbers in docs/benchmarks.md)
