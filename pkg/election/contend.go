@@ -19,18 +19,21 @@ import (
 // of the first writer's write at all.
 //
 // For that number to stay small the window must grow with the number of
-// contenders (n): with a uniform draw over n × contendSlot, the first
-// writer goes after about one slot whatever n is, and the others that
-// write are those in the next watch delay, about delay / slot of them. A
+// contenders (n): with a uniform draw over n slots, the first writer goes
+// after about one slot whatever n is, and the others that write are those
+// in the next watch delay, about delay / slot of them. The watch delay
+// itself grows with n (one stream per follower), so the slot does too
+// above 20 contenders (contendSlotFor). A
 // follower cannot count the others: they never write while they follow,
 // and the holders it has seen include processes long gone. So the Lease
 // carries the estimate. The winner of each contended acquisition knows its
 // own draw u; the first of n uniform draws has E[-ln u] = H(n) ≈ ln n + γ,
 // so it writes exp((1-contendGain) ln previous + contendGain (-ln u - γ))
 // into ContendersAnnotation with its acquiring write, and every follower
-// reads it from the watch. A Lease without the annotation (new, or written
-// by another client) uses Config.ExpectedCandidates-1 when it is set, and
-// contendersPrior otherwise.
+// reads it from the watch. When Config.ExpectedCandidates is set, its
+// followers (ExpectedCandidates-1) are the estimate of a Lease without the
+// annotation (new, or written by another client) and a floor under the
+// annotation's; without it such a Lease uses contendersPrior.
 //
 // decide stays pure: the draw (state.draw, in [0, 1)) is made by the loop
 // each time the election record changes, and the estimate is read from the
