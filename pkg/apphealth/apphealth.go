@@ -1,7 +1,8 @@
 // Package apphealth probes the app next to the sidecar the way the kubelet's
 // HTTP probe does: GET a loopback URL every period with a timeout; a 2xx or
 // 3xx answer is a success, anything else (another status, a refused
-// connection, no answer within the timeout) a failure. FailureThreshold
+// connection, no answer or a body that does not arrive within the timeout)
+// a failure. FailureThreshold
 // consecutive failures make the app unhealthy, SuccessThreshold consecutive
 // successes healthy. It starts unknown (never healthy): Healthy is false
 // until the first SuccessThreshold successes.
@@ -277,10 +278,17 @@ func (p *Prober) probe(ctx context.Context) error {
 		}
 		return err
 	}
-	// The status decides (as for the kubelet); the body is read only so
-	// that the app sees a complete exchange.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+	// The status decides (as for the kubelet), once the body (up to maxBody)
+	// has arrived: a body cut by the timeout or the connection is a failure,
+	// as the kubelet's ReadAtMost error is.
+	_, rerr := io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
 	_ = resp.Body.Close()
+	if rerr != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errTimeout) {
+			return fmt.Errorf("GET %s: body: %w", p.cfg.URL, errTimeout)
+		}
+		return fmt.Errorf("GET %s: reading the body: %w", p.cfg.URL, rerr)
+	}
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
 		return fmt.Errorf("GET %s: status %d", p.cfg.URL, resp.StatusCode)
 	}
