@@ -173,7 +173,9 @@ func TestStatusWritesStampTheObjectFirstAtItsResourceVersion(t *testing.T) {
 			Stamp(out, 9)
 			return true, out, nil
 		}
-		var body struct{ Metadata struct{ ResourceVersion string } }
+		var body struct {
+			Metadata struct{ ResourceVersion string }
+		}
 		_ = json.Unmarshal(p.GetPatch(), &body)
 		statusRV = append(statusRV, body.Metadata.ResourceVersion)
 		return true, configMap("plan", "42"), nil
