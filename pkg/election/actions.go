@@ -219,8 +219,11 @@ func (e *Elector) writeFailed(verb, what string, err error) {
 // stepDown stops our token, then writes the Lease free so that a follower
 // takes it on the watch event instead of waiting for expiry. It also frees
 // a Lease that still records an ended term of ours: an earlier release
-// that failed, or an acquire whose answer was lost.
-func (e *Elector) stepDown(ctx context.Context, why string) error {
+// that failed, or an acquire whose answer was lost. handedBack: the app
+// gave the token back (or has exited), so followers may take the Lease at
+// once; otherwise the release tells them to wait until the validity
+// already handed out has run out.
+func (e *Elector) stepDown(ctx context.Context, why string, handedBack bool) error {
 	s := &e.st
 	if _, ok := e.endTerm(); ok {
 		s.holdOff = e.clock.Now().Add(e.cfg.LeaseDuration)

@@ -92,7 +92,26 @@ type Config struct {
 	// e.g. remove a leader label from this pod first. It must return when
 	// the context ends; the release goes on whatever it did.
 	BeforeRelease func(ctx context.Context)
+
+	// ShutdownHandoff says what the release at the end of Run promises the
+	// app: HandoffAfterValidity (the default, "" too) lets no other process
+	// lead until every token answer already handed out has run out,
+	// because nothing guarantees the app stopped using it; HandoffImmediate
+	// hands the Lease over at once, for when the platform stops the app
+	// before this process (a native sidecar). A release the app asks for
+	// (Release, ReleaseFor) is always immediate: the app gave the token back.
+	ShutdownHandoff Handoff
 }
+
+// Handoff is Config.ShutdownHandoff.
+type Handoff string
+
+const (
+	// HandoffAfterValidity: the next leader waits out the validity handed out.
+	HandoffAfterValidity Handoff = "after-validity"
+	// HandoffImmediate: the next leader may take the Lease at once.
+	HandoffImmediate Handoff = "immediate"
+)
 
 // EventRecorder records Kubernetes Events: the sidecar's
 // *kubeclient.Recorder, and client-go's record.EventRecorder (and its
@@ -117,7 +136,7 @@ const maxLeaseDuration = math.MaxInt32 * time.Second
 // Validate checks the settings (not the client) and returns every problem.
 // Each error's Field is the Config field's JSON-style path (leaseName,
 // leaseNamespace, identity, leaseDuration, renewDeadline, retryPeriod,
-// clockSkewMargin, leaseLabels, expectedCandidates), so callers map it to their own names (flags, values)
+// clockSkewMargin, leaseLabels, expectedCandidates, shutdownHandoff), so callers map it to their own names (flags, values)
 // without reading the text. Type is field.ErrorTypeRequired for an empty
 // string and field.ErrorTypeInvalid otherwise; BadValue is the string, or a
 // metav1.Duration for the durations (it prints as "10s", not nanoseconds),
@@ -184,6 +203,11 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	if c.ExpectedCandidates < 0 || c.ExpectedCandidates > MaxExpectedCandidates {
 		errs = append(errs, field.Invalid(field.NewPath("expectedCandidates"), c.ExpectedCandidates, fmt.Sprintf("must be between 0 (unknown) and %d", MaxExpectedCandidates)))
+	}
+	switch c.ShutdownHandoff {
+	case "", HandoffAfterValidity, HandoffImmediate:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("shutdownHandoff"), c.ShutdownHandoff, []Handoff{HandoffAfterValidity, HandoffImmediate}))
 	}
 	skewPath := field.NewPath("clockSkewMargin")
 	if c.ClockSkewMargin < 0 {

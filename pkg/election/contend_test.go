@@ -23,7 +23,7 @@ type handoffRound struct {
 
 func runHandoffRound(t *testing.T, api *fakeAPI, leader *stepped, cands []*stepped, watchDelay time.Duration) handoffRound {
 	t.Helper()
-	if err := leader.stepDown(context.Background(), "test"); err != nil {
+	if err := leader.stepDown(context.Background(), "test", true); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, api, "the release", "update")
@@ -225,7 +225,7 @@ func TestFollowerThatSawTheLeaseTakenDropsItsAttempt(t *testing.T) {
 	api.catchUp(b, c)
 	b.draw = func() float64 { return 0.1 }
 	c.draw = func() float64 { return 0.9 }
-	if err := a.stepDown(context.Background(), "test"); err != nil {
+	if err := a.stepDown(context.Background(), "test", true); err != nil {
 		t.Fatal(err)
 	}
 	api.calls()

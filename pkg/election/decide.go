@@ -96,6 +96,10 @@ type state struct {
 	needRefresh bool // a write lost a race: obs is stale
 	refreshAt   time.Time
 	identity    string
+	// incarnation is this process's own mark, written with every acquire:
+	// a term is ours only if the Lease carries it, so a second process
+	// with our identity can never renew or release our term (nor we its).
+	incarnation string
 }
 
 // phase names the state for logs and the diagram.

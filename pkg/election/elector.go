@@ -90,7 +90,7 @@ func New(cfg Config) (*Elector, error) {
 		done:     make(chan struct{}),
 		changed:  make(chan struct{}),
 		nextFlip: make(chan time.Time, 1),
-		st:       state{identity: cfg.Identity, withdrawn: cfg.StartWithdrawn},
+		st:       state{identity: cfg.Identity, withdrawn: cfg.StartWithdrawn, incarnation: newIncarnation()},
 		draw:     rand.Float64,
 	}
 	if e.clock == nil {
@@ -143,7 +143,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		relCtx, cancel := context.WithDeadline(context.Background(), start.Add(ShutdownTimeout))
 		defer cancel()
-		err := e.stepDown(relCtx, "shutting down")
+		err := e.shutdownRelease(relCtx)
 		e.publish()
 		return err
 	}
@@ -255,13 +255,25 @@ func (e *Elector) ReleaseFor(ctx context.Context, d time.Duration) error {
 	if d > 0 {
 		why = fmt.Sprintf("released on request for %s", d)
 	}
-	return e.inLoop(ctx, func(ctx context.Context) error {
-		if d > 0 {
-			e.st.outUntil = laterOf(e.st.outUntil, e.clock.Now().Add(d))
-			e.publish()
-		}
-		return e.stepDown(ctx, why)
-	})
+	return e.inLoop(ctx, func(ctx context.Context) error { return e.releaseFor(ctx, d, why) })
+}
+
+// releaseFor is ReleaseFor's body, run by the loop. The app gave the token
+// back: followers may take the Lease at once.
+func (e *Elector) releaseFor(ctx context.Context, d time.Duration, why string) error {
+	if d > 0 {
+		e.st.outUntil = laterOf(e.st.outUntil, e.clock.Now().Add(d))
+		e.publish()
+	}
+	return e.stepDown(ctx, why, true)
+}
+
+// shutdownRelease is the release at the end of Run: at once when
+// Config.ShutdownHandoff says the app has stopped before us, else the
+// release tells followers to wait until every validity already handed out
+// has run out.
+func (e *Elector) shutdownRelease(ctx context.Context) error {
+	return e.stepDown(ctx, "shutting down", e.cfg.ShutdownHandoff == HandoffImmediate)
 }
 
 // SetCandidate takes this process out of the election (ok false, with the
@@ -270,35 +282,40 @@ func (e *Elector) ReleaseFor(ctx context.Context, d time.Duration) error {
 // logged and recorded as an Event on the Lease; the same call twice is a
 // no-op. Errors are Release's.
 func (e *Elector) SetCandidate(ctx context.Context, ok bool, reason string) error {
-	return e.inLoop(ctx, func(ctx context.Context) error {
-		s := &e.st
-		if ok {
-			if s.withdrawn == "" {
-				return nil
-			}
-			s.withdrawn = ""
-			e.publish()
-			e.log.Info("campaigning again", "reason", reason)
-			e.event(corev1.EventTypeNormal, "%s campaigns again: %s", e.cfg.Identity, reason)
+	return e.inLoop(ctx, func(ctx context.Context) error { return e.setCandidate(ctx, ok, reason) })
+}
+
+// setCandidate is SetCandidate's body, run by the loop. A withdrawn
+// leader's app did not give the token back: the release waits out the
+// validity already handed out.
+func (e *Elector) setCandidate(ctx context.Context, ok bool, reason string) error {
+	s := &e.st
+	if ok {
+		if s.withdrawn == "" {
 			return nil
 		}
-		if reason == "" {
-			reason = "withdrawn"
-		}
-		if s.withdrawn == reason {
-			return nil
-		}
-		wasLeader := s.term != nil
-		s.withdrawn = reason
+		s.withdrawn = ""
 		e.publish()
-		e.log.Info("left the election", "reason", reason, "wasLeader", wasLeader)
-		if wasLeader {
-			e.event(corev1.EventTypeWarning, "%s stepped down: %s", e.cfg.Identity, reason)
-		} else {
-			e.event(corev1.EventTypeNormal, "%s left the election: %s", e.cfg.Identity, reason)
-		}
-		return e.stepDown(ctx, "stepped down: "+reason)
-	})
+		e.log.Info("campaigning again", "reason", reason)
+		e.event(corev1.EventTypeNormal, "%s campaigns again: %s", e.cfg.Identity, reason)
+		return nil
+	}
+	if reason == "" {
+		reason = "withdrawn"
+	}
+	if s.withdrawn == reason {
+		return nil
+	}
+	wasLeader := s.term != nil
+	s.withdrawn = reason
+	e.publish()
+	e.log.Info("left the election", "reason", reason, "wasLeader", wasLeader)
+	if wasLeader {
+		e.event(corev1.EventTypeWarning, "%s stepped down: %s", e.cfg.Identity, reason)
+	} else {
+		e.event(corev1.EventTypeNormal, "%s left the election: %s", e.cfg.Identity, reason)
+	}
+	return e.stepDown(ctx, "stepped down: "+reason, false)
 }
 
 // Alive reports whether the election loop is running.

@@ -355,7 +355,7 @@ func TestShutdownReleasesAnAcquireWhoseAnswerWasLost(t *testing.T) {
 	if c.Status().IsLeader || holderOf(api.lease()) != "c" {
 		t.Fatalf("status %+v, lease %+v", c.Status(), api.lease().Spec)
 	}
-	if err := c.stepDown(context.Background(), "shutting down"); err != nil {
+	if err := c.stepDown(context.Background(), "shutting down", true); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, api, "shutdown", "get", "update")
@@ -370,20 +370,20 @@ func TestReleaseRetriesAfterAnEarlierReleaseFailed(t *testing.T) {
 	a.step()
 	api.calls()
 	api.fail("update", 1, apierrors.NewServiceUnavailable("down"))
-	if err := a.stepDown(context.Background(), "released on request"); err == nil {
+	if err := a.stepDown(context.Background(), "released on request", true); err == nil {
 		t.Fatal("a failed release returned nil")
 	}
 	if a.Status().IsLeader || holderOf(api.lease()) != "a" {
 		t.Fatalf("after the failed release: %+v, lease %+v", a.Status(), api.lease().Spec)
 	}
-	if err := a.stepDown(context.Background(), "released on request"); err != nil {
+	if err := a.stepDown(context.Background(), "released on request", true); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
 	wantCalls(t, api, "both releases", "update", "update")
 	if holderOf(api.lease()) != "" {
 		t.Fatalf("lease still held: %+v", api.lease().Spec)
 	}
-	if err := a.stepDown(context.Background(), "released on request"); err != nil {
+	if err := a.stepDown(context.Background(), "released on request", true); err != nil {
 		t.Fatalf("third release: %v", err)
 	}
 	wantCalls(t, api, "nothing left to release")
