@@ -257,11 +257,49 @@ main() {
 
   command -v go >/dev/null || die "go is not on PATH"
   mkdir -p "$ELECTOR_BIN" "$STAMPS" "$LOGS" "$SRC"
-  with_lock "$ELECTOR_CACHE/.build.lock" build_targets "${targets[@]}"
-  log "binaries ready in $ELECTOR_BIN"
+  # Nothing to build: no lock. (install_bin writes a stamp only after its binary is in place, so a matching
+  # stamp means a complete binary, even while another run holds the lock to build something else: e.g.
+  # hack/test.sh's background build of the e2e tier's binaries while the integration tier needs these.)
+  if all_fresh "${targets[@]}"; then
+    log "binaries ready in $ELECTOR_BIN (all up to date)"
+    return 0
+  fi
+  # Hold the build lock while building (serialises concurrent runs). While another run holds it, check
+  # now and then whether it has built what we want: its lock may be held a long while yet for others.
+  (
+    exec 9>"$ELECTOR_CACHE/.build.lock"
+    local waiting=""
+    until flock -n 9; do
+      if all_fresh "${targets[@]}"; then
+        log "binaries ready in $ELECTOR_BIN (built by the run that holds the lock)"
+        exit 0
+      fi
+      [[ -n "$waiting" ]] || log "waiting for lock $ELECTOR_CACHE/.build.lock (held by another run of this script)"
+      waiting=1
+      sleep 2
+    done
+    build_targets "${targets[@]}"
+    log "binaries ready in $ELECTOR_BIN"
+  )
 }
 
-build_targets() { # runs under the build lock, in a subshell
+# all_fresh TARGET...: every binary that build_targets would build for these targets is fresh.
+all_fresh() {
+  local t n
+  for t in "$@"; do
+    case "$t" in
+      containerd | containerd-shim-runc-v2 | ctr)
+        for n in "${CONTAINERD_BINS[@]}"; do fresh "$n" || return 1; done ;;
+      cni)
+        for n in "${CNI_PLUGINS[@]}"; do fresh "cni/$n" || return 1; done ;;
+      kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler | etcd | helm | runc)
+        fresh "$t" || return 1 ;;
+      *) return 1 ;; # unknown: build_targets reports it
+    esac
+  done
+}
+
+build_targets() { # runs under the build lock, in a subshell (main)
   local k8s=() t
   trap cleanup EXIT
   rm -rf "$ELECTOR_BIN"/.build.* # leftovers of killed builds

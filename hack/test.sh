@@ -70,6 +70,73 @@ tier_e2e() {
   hack/e2e.sh
 }
 
+# The background build. The integration tier needs kube-apiserver, kubectl, etcd and helm, the e2e tier
+# also kubelet, containerd, runc, ... (hack/build-binaries.sh; cold, the biggest compile of the run on
+# 2 cores). When a tier that needs them is not the first tier of this run, they are built in the
+# background from the start, at the lowest CPU priority (nice 19), so that they take only the CPU the
+# tiers before leave idle (the test runs of the integration tier mostly wait). It only fills the cache:
+# each tier still runs hack/build-binaries.sh itself, which reuses what is fresh, waits for the
+# background build's lock if it is building what the tier needs, and builds (and fails) in the
+# foreground whatever the background build did not finish, so results do not depend on it.
+# ELECTOR_PREBUILD=0 turns it off.
+prebuild_pid=""
+prebuild_log="$ELECTOR_CACHE/logs/prebuild.log"
+
+start_prebuild() {
+  local sets=() t first="${tiers[0]}"
+  for t in "${tiers[@]}"; do
+    [[ "$t" == "$first" ]] && continue
+    case "$t" in
+      integration) [[ " ${sets[*]-} " == *" control-plane "* ]] || sets+=(control-plane) ;;
+      e2e)
+        [[ " ${sets[*]-} " == *" control-plane "* ]] || sets+=(control-plane)
+        sets+=(cluster)
+        ;;
+    esac
+  done
+  [[ ${#sets[@]} -gt 0 && "${ELECTOR_PREBUILD:-1}" != 0 ]] || return 0
+  # Host packages first, in the foreground: the background's runc build asks hack/install-deps.sh for
+  # libseccomp-dev, and two apt-get runs at once would fail on dpkg's lock.
+  hack/install-deps.sh
+  mkdir -p "$(dirname "$prebuild_log")"
+  # Its own process group (set -m), so that stop_prebuild can stop everything it started; not its own
+  # session (setsid): with the kernel's autogroup scheduling, a new session gets an equal share of the
+  # CPU whatever its nice value.
+  set -m
+  # shellcheck disable=SC2016 # expanded by the inner bash
+  nice -n 19 bash -c 'set -o errexit; for s in "$@"; do
+      if [[ $s == cluster ]]; then a=(--cluster); else a=(); fi
+      echo "+ hack/build-binaries.sh ${a[*]}"; hack/build-binaries.sh "${a[@]}"; done' \
+    prebuild "${sets[@]}" </dev/null >"$prebuild_log" 2>&1 &
+  prebuild_pid=$!
+  set +m
+  log "background build (nice 19) of the ${sets[*]} binaries: pid $prebuild_pid, log $prebuild_log"
+}
+
+# stop_prebuild: stops the background build if it is still running (on exit: a failed tier, a signal).
+stop_prebuild() {
+  [[ -n "$prebuild_pid" ]] || return 0
+  if kill -0 "$prebuild_pid" 2>/dev/null; then
+    log "stopping the background build (process group $prebuild_pid)"
+    kill -TERM -- "-$prebuild_pid" 2>/dev/null || true
+  fi
+  wait "$prebuild_pid" 2>/dev/null || true
+  prebuild_pid=""
+}
+
+# finish_prebuild: waits for the background build at the end of a passing run and reports its outcome.
+# A failure there is not the run's failure (the tiers built what they needed themselves), but it is shown.
+finish_prebuild() {
+  [[ -n "$prebuild_pid" ]] || return 0
+  local rc=0
+  wait "$prebuild_pid" || rc=$?
+  prebuild_pid=""
+  if [[ $rc -ne 0 ]]; then
+    log "WARNING: the background build failed (exit $rc; the tiers built what they needed); last lines of $prebuild_log:"
+    tail -n 20 "$prebuild_log" >&2 || true
+  fi
+}
+
 # go_test_summary NAME: passes `go test -v` output through, keeping only the lines that matter
 # (test starts/ends, failures, logs of failing tests) and keeping the exit status.
 go_test_summary() {
@@ -81,9 +148,18 @@ for tier in "${tiers[@]}"; do
     verify | unit | integration | e2e) ;;
     *) die "unknown tier '$tier' (want verify, unit, integration or e2e)" ;;
   esac
+done
+
+trap stop_prebuild EXIT
+trap 'log "interrupted"; exit 130' INT
+trap 'log "terminated"; exit 143' TERM
+start_prebuild
+
+for tier in "${tiers[@]}"; do
   start=$(date +%s)
   log "tier $tier: start"
   "tier_$tier"
   log "tier $tier: passed in $(($(date +%s) - start))s"
 done
+finish_prebuild
 log "all tiers passed: ${tiers[*]}"
