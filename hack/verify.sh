@@ -23,6 +23,19 @@ done < <(git ls-files -- 'go.mod' '*/go.mod')
 go -C test vet -tags e2e ./e2e/... || die "go vet -tags e2e failed in test/e2e"
 log "go vet: clean in test/e2e (tag e2e)"
 
+# The test module builds the root module's packages (replace => ../): when the two select different
+# versions of a module both build with (golang.org/x/sys, say), every package above it (client-go and
+# the rest) is compiled twice in each configuration (vet, -race, CGO_ENABLED=0) and linted twice: several
+# minutes of a cold run. A warning, not a failure: the fix is a `go get` in the root module.
+mods() { go -C "$1" list -deps -f '{{with .Module}}{{.Path}} {{.Version}}{{if not .Version}}(main){{end}}{{end}}' ./... | LC_ALL=C sort -u; }
+drift="$(LC_ALL=C join <(mods .) <(mods test) | awk '$2 != $3 && $2 != "(main)" { printf "  %s: %s in the root module, %s in test/go.mod\n", $1, $2, $3 }')"
+if [[ -n "$drift" ]]; then
+  log "WARNING: the root and the test module select different versions of modules both build with (each makes a cold run compile everything above it twice; fix: go get MODULE@VERSION in the root module):
+$drift"
+else
+  log "module versions: the root and the test module agree"
+fi
+
 # Every tracked shell script: *.sh and extensionless files with a sh/bash shebang (.ci/run).
 hack/install-deps.sh lint
 scripts=()
