@@ -273,7 +273,9 @@ func buildCmd(t *testing.T, name, envVar string) string {
 	if name == "elector-demo" {
 		pkg = "./test/cmd/" + name // the demo app is in the test module
 	}
-	cmd := framework.GoBuildCommand(root, pkg, "-o", bin)
+	// Static and -trimpath, as hack/image.sh builds the image's binaries: the unit tier's image test has
+	// compiled them that way already, so this build is a link from the cache.
+	cmd := framework.GoBuildCommand(root, pkg, "-trimpath", "-o", bin)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
