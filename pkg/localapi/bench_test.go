@@ -68,7 +68,7 @@ func BenchmarkLocalAPILeader(b *testing.B) {
 }
 
 func BenchmarkLocalAPILeaderNotModified(b *testing.B) {
-	benchmarkHandler(b, leadingHandler(), request("/leader", http.Header{"If-None-Match": {leaderETag(&leading, appNone)}}))
+	benchmarkHandler(b, leadingHandler(), request("/leader", http.Header{"If-None-Match": {leaderETag(&leading, appNone, 0)}}))
 }
 
 func BenchmarkLocalAPIToken(b *testing.B) {
@@ -92,7 +92,7 @@ func TestLeaderAndTokenAllocateNoMoreThanABareHandler(t *testing.T) {
 		hdr  http.Header
 	}{
 		{"/leader", nil},
-		{"/leader", http.Header{"If-None-Match": {leaderETag(&leading, appNone)}}},
+		{"/leader", http.Header{"If-None-Match": {leaderETag(&leading, appNone, 0)}}},
 		{"/token", nil},
 		{"/token", http.Header{"Accept": {"text/plain"}}},
 		{"/token", http.Header{"Accept": {"application/json, */*;q=0.5"}}},

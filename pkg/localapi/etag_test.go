@@ -141,7 +141,7 @@ func TestLeaderETagIsAFunctionOfTheBody(t *testing.T) {
 			r.NotCandidate = "released for (counting down)"
 		}
 		key := string(r.appendJSON(nil)) + " " + s.ValidUntil.String()
-		tag := leaderETag(&s, app)
+		tag := leaderETag(&s, app, 0)
 		if prev, ok := tagOf[key]; ok && prev != tag {
 			t.Fatalf("body %s has two ETags %s and %s", key, prev, tag)
 		}
@@ -160,7 +160,7 @@ func TestLeaderETagAllocs(t *testing.T) {
 	s.Holder = "billing-7d9c-abcde"
 	s.NotCandidate = "app unhealthy: Get \"http://127.0.0.1:8080/healthz\": connection refused"
 	s.LeaseTransitions, s.Token = -1<<63, -1<<63 // the longest numbers
-	if n := testing.AllocsPerRun(100, func() { _ = leaderETag(&s, appUnhealthy) }); n > 1 {
+	if n := testing.AllocsPerRun(100, func() { _ = leaderETag(&s, appUnhealthy, 0) }); n > 1 {
 		t.Fatalf("leaderETag: %v allocations, want at most 1 (the string)", n)
 	}
 }

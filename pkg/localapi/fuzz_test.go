@@ -30,7 +30,7 @@ var fuzzStatuses = []election.Status{leading, following, nobody, unsafe, notRead
 // state picks the election: bits 0-2 the Status (fuzzStatuses), bit 3 Alive,
 // bit 4 a failing Release, bit 5 WithAppHealth, bit 6 the app's health.
 func FuzzHandler(f *testing.F) {
-	etag := leaderETag(&leading, appNone)
+	etag := leaderETag(&leading, appNone, 0)
 	for _, s := range []struct {
 		method, path, query, ifNoneMatch, lastEventID, accept string
 		bodyLen                                               uint16

@@ -91,6 +91,12 @@ type Handler struct {
 	writeTimeout time.Duration
 	waiters      atomic.Int64 // streams and long-polls being served
 	etags        atomic.Pointer[etagCache]
+	// releases counts POST /release calls: the ETag of a "released for"
+	// state covers it, so extending a time out changes the ETag.
+	releases atomic.Int64
+	// closing is closed by CloseStreams (on the server's Shutdown).
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // Option configures a Handler.
@@ -153,6 +159,7 @@ func NewHandler(el Elector, metrics http.Handler, opts ...Option) *Handler {
 		heartbeat:    DefaultHeartbeat,
 		maxWaiters:   DefaultMaxWaiters,
 		writeTimeout: DefaultStreamWriteTimeout,
+		closing:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(h)
@@ -222,9 +229,12 @@ var tooLarge = "request body too large (" + strconv.Itoa(MaxRequestBodyBytes) + 
 
 // NewServer returns an http.Server for addr with the slow-client timeouts
 // (ReadHeaderTimeout, ...) and MaxHeaderBytes set; serve it on a
-// LimitListener to cap the connections too.
+// LimitListener to cap the connections too. When h is a *Handler, the
+// server's Shutdown calls its CloseStreams, so that Shutdown returns once
+// the streams and long-polls have had their last answer instead of at its
+// deadline.
 func NewServer(addr string, h http.Handler) *http.Server {
-	return &http.Server{
+	srv := &http.Server{
 		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: ReadHeaderTimeout,
@@ -233,6 +243,10 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
 	}
+	if api, ok := h.(*Handler); ok {
+		srv.RegisterOnShutdown(api.CloseStreams)
+	}
+	return srv
 }
 
 func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {
@@ -273,47 +287,6 @@ func (h *Handler) answerLeader(w http.ResponseWriter, v *view, match string) {
 	*buf = append(v.appendJSON(*buf), '\n')
 	writeJSON(w, http.StatusOK, *buf)
 	putBody(buf)
-}
-
-// etagHeader returns the ETag header value of v, computed once per change
-// of what it covers (the same for every request until the next renew).
-func (h *Handler) etagHeader(v *view) []string {
-	k := etagKeyOf(&v.s, v.app)
-	if c := h.etags.Load(); c != nil && c.key == k {
-		return c.value
-	}
-	c := &etagCache{key: k, value: []string{v.etag()}}
-	h.etags.Store(c)
-	return c.value
-}
-
-// etagKey is everything leaderETag reads, as it reads it.
-type etagKey struct {
-	isLeader, ready, candidate bool
-	app                        appState
-	transitions, token, until  int64
-	holder, identity, lease    string
-	notCandidate               string
-}
-
-func etagKeyOf(s *election.Status, app appState) etagKey {
-	k := etagKey{
-		isLeader: s.IsLeader, ready: s.Ready, candidate: s.Candidate, app: app,
-		transitions: s.LeaseTransitions, token: s.Token,
-		holder: s.Holder, identity: s.Identity, lease: s.Lease, notCandidate: s.NotCandidate,
-	}
-	if !s.ValidUntil.IsZero() {
-		k.until = s.ValidUntil.UnixNano()
-	}
-	if strings.HasPrefix(k.notCandidate, releasedFor) {
-		k.notCandidate = releasedFor
-	}
-	return k
-}
-
-type etagCache struct {
-	key   etagKey
-	value []string
 }
 
 func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
@@ -379,6 +352,10 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ReleaseTimeout)
 	defer cancel()
+	// Counted before the loop publishes the new time out, so that a reader
+	// that sees the new state also sees the new count (view reads it after
+	// Status): its ETag changes even when only the time out's end moved.
+	h.releases.Add(1)
 	var err error
 	if out > 0 {
 		err = h.el.ReleaseFor(ctx, out)
@@ -434,10 +411,13 @@ var (
 type view struct {
 	s   election.Status
 	app appState
+	// releases is the count of POST /release calls, read after s.
+	releases int64
 }
 
 func (h *Handler) view() view {
 	v := view{s: h.el.Status()}
+	v.releases = h.releases.Load()
 	if h.appHealth != nil {
 		v.app = appUnhealthy
 		if h.appHealth() {
@@ -447,101 +427,11 @@ func (h *Handler) view() view {
 	return v
 }
 
-func (v *view) etag() string { return leaderETag(&v.s, v.app) }
+func (v *view) etag() string { return leaderETag(&v.s, v.app, v.releases) }
 
 func (v *view) appendJSON(b []byte) []byte {
 	r := newLeaderResponse(&v.s, v.app)
 	return r.appendJSON(b)
-}
-
-// releasedFor is how election words a ReleaseFor time out in NotCandidate,
-// followed by the time left; the ETag leaves that countdown out.
-const releasedFor = "released for "
-
-// leaderETag changes whenever the /leader body would change, except for
-// expiresInMs counting down between renewals and the countdown of a
-// "released for ..." notCandidate: it covers isLeader, holder, identity,
-// lease, leaseTransitions, ready, candidate, notCandidate, appHealthy, the
-// token, and ValidUntil (the instant the token stops, which moves with every
-// renew, when expiresInMs jumps). Numbers are kept verbatim; the strings go
-// through an inline FNV-1a, so the only allocation is the returned string.
-func leaderETag(s *election.Status, app appState) string {
-	var buf [96]byte
-	b := append(buf[:0], '"')
-	if s.IsLeader {
-		b = append(b, 'L')
-	} else {
-		b = append(b, 'F')
-	}
-	if s.Ready {
-		b = append(b, 'R')
-	} else {
-		b = append(b, 'N')
-	}
-	if s.Candidate {
-		b = append(b, 'C')
-	} else {
-		b = append(b, 'W')
-	}
-	b = append(b, "xHU"[app])
-	b = strconv.AppendInt(b, s.LeaseTransitions, 36)
-	b = append(b, '.')
-	b = strconv.AppendInt(b, s.Token, 36)
-	b = append(b, '.')
-	var until int64
-	if !s.ValidUntil.IsZero() {
-		until = s.ValidUntil.UnixNano()
-	}
-	b = strconv.AppendInt(b, until, 36)
-	b = append(b, '.')
-	h := uint64(fnvOffset64)
-	h = fnvString(h, s.Holder)
-	h = fnvString(h, s.Identity)
-	h = fnvString(h, s.Lease)
-	nc := s.NotCandidate
-	if strings.HasPrefix(nc, releasedFor) {
-		nc = releasedFor
-	}
-	h = fnvString(h, nc)
-	b = strconv.AppendUint(b, h, 36)
-	b = append(b, '"')
-	return string(b)
-}
-
-const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-)
-
-// fnvString hashes s into h (FNV-1a), then its length, so that field
-// boundaries count ("ab","c" differs from "a","bc").
-func fnvString(h uint64, s string) uint64 {
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= fnvPrime64
-	}
-	for n := uint64(len(s)); ; n >>= 8 {
-		h ^= n & 0xff
-		h *= fnvPrime64
-		if n < 0x100 {
-			break
-		}
-	}
-	return h
-}
-
-// etagMatches reports whether the If-None-Match header matches etag (weak
-// comparison, as RFC 9110 asks for If-None-Match).
-func etagMatches(header, etag string) bool {
-	for header != "" {
-		var t string
-		t, header, _ = strings.Cut(header, ",")
-		t = strings.TrimSpace(t)
-		if t == "*" || strings.TrimPrefix(t, "W/") == etag {
-			return true
-		}
-	}
-	return false
 }
 
 // wantsText reports whether the client asked for text/plain over JSON.

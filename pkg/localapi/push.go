@@ -15,6 +15,31 @@ import (
 // Changed channel: the election loop only closes a channel, and every
 // handler reads the state and does its own writes, so a slow client never
 // holds up the loop or another client.
+//
+// What a slow reader gets: a stream's handler writes one event per change
+// it sees (changes that come while it is still writing the previous event,
+// or before it wakes, are merged: it writes the state as it is then). Each
+// event goes into the connection's socket buffers at once, so a reader that
+// pauses finds every event written meanwhile queued, oldest first, the
+// latest last; only once those buffers are full (some hundreds of KiB) does
+// the handler wait, and then it merges everything until the reader takes
+// more, or drops it after the write timeout. A reader that must act only on
+// the latest state reads every queued event before it acts (pkg/client's
+// Watch does).
+//
+// A lost stream: the server ends every stream and long-poll when it shuts
+// down (CloseStreams, registered by NewServer), after writing the latest
+// state; a stream that ends, stalls or drops otherwise says nothing more. An
+// isLeader:true holds for its expiresInMs from when it was read and no
+// longer (see pkg/client).
+
+// CloseStreams ends every /watch stream (after the latest state, if it has
+// not been sent) and answers every waiting long-poll with the state as it is
+// now; streams and long-polls that arrive later get the same at once.
+// NewServer's server calls it when it shuts down. Idempotent.
+func (h *Handler) CloseStreams() {
+	h.closeOnce.Do(func() { close(h.closing) })
+}
 
 // queryParams parses the query and answers 400 (and false) if it is
 // malformed, names a parameter not in allowed, or gives one twice.
@@ -123,6 +148,8 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, match string,
 			}
 		case <-timer.C():
 			v = h.view()
+		case <-h.closing:
+			v = h.view()
 		case <-r.Context().Done():
 			return
 		}
@@ -144,8 +171,11 @@ var heartbeat = []byte(": heartbeat\n\n")
 //	event: leader
 //	data: <the /leader body on one line>
 //
-// Changes that come faster than the client reads are coalesced: it always
-// gets the latest state.
+// Each change the handler sees is written at once; changes that come while
+// it writes, or before it wakes, are merged. A reader that pauses finds the
+// events written meanwhile queued in the socket buffers, the latest last
+// (see the top of this file). On CloseStreams the stream ends after the
+// latest state.
 func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
 	if _, ok := queryParams(w, r); !ok {
 		return
@@ -184,7 +214,7 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
 	ticker := h.clock.NewTicker(h.heartbeat)
 	defer ticker.Stop()
 	buf := make([]byte, 0, 512)
-	for {
+	for closed := false; ; {
 		ch := h.el.Changed()
 		v := h.view()
 		if tag := v.etag(); tag != last {
@@ -198,10 +228,15 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
 			}
 			last = tag
 		}
+		if closed {
+			return
+		}
 		for waiting := true; waiting; {
 			select {
 			case <-ch:
 				waiting = false
+			case <-h.closing:
+				closed, waiting = true, false
 			case <-ticker.C():
 				if !write(heartbeat) {
 					return
