@@ -219,7 +219,8 @@ func WithIdleTimeout(d time.Duration) Option {
 // WithErrorHandler sets a function Watch calls with every error it
 // recovers from (a dropped stream, a refused connection, a 503) before it
 // reconnects, and once with an error matching ErrNoWatch when it falls back
-// to long-polling. Default: none. It is called from Watch's goroutine.
+// to long-polling. Default: none. It is called from the goroutine that reads
+// the sidecar, which may run while fn runs.
 func WithErrorHandler(f func(error)) Option {
 	return func(c *Client) { c.onError = f }
 }

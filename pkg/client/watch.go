@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +18,21 @@ import (
 
 // Watch calls fn with the sidecar's state (GET /leader's body) at once and
 // then at every change, until ctx ends; then it returns ctx.Err(). fn runs
-// on Watch's goroutine, one call at a time; changes that come while it runs
-// are coalesced (fn gets the latest state).
+// on Watch's goroutine, one call at a time. A goroutine of Watch's own reads
+// the sidecar meanwhile, so fn never gets a state that a newer one has
+// replaced: after a slow call, fn gets only the newest state received while
+// it ran (the states in between are skipped).
+//
+// fn is never told that this pod leads past the moment the sidecar last
+// vouched for it: an isLeader:true state holds for its expiresInMs, counted
+// from when the request was sent (GET /leader, a long-poll) or when the
+// event was read (GET /watch, which Watch reads as it arrives). If no newer
+// state has come by then (the sidecar died, hangs, or the stream stalled or
+// dropped), fn gets an unknown state at that moment: isLeader false, ready
+// false, no holder, token or expiresInMs, identity and lease as before
+// (IsUnknown reports it). A state that is already past its time when fn
+// could take it is replaced by the unknown state too. fn gets the
+// sidecar's state again as soon as Watch reaches it.
 //
 // Watch follows the GET /watch stream. When the stream drops, or goes
 // silent for longer than the idle timeout (WithIdleTimeout), or the sidecar
@@ -27,14 +41,24 @@ import (
 // not called again for a state it has already seen. A sidecar without
 // /watch (404) is followed with the GET /leader long-poll instead, and one
 // without the long-poll by reading GET /leader every poll interval
-// (WithPollInterval). Every error Watch recovers from goes to the error
-// handler (WithErrorHandler).
+// (WithPollInterval); a long-poll that answers 304 before its wait is over
+// (a proxy, an old sidecar) is followed by a pause of the poll interval. Every
+// error Watch recovers from goes to the error handler (WithErrorHandler).
 func (c *Client) Watch(ctx context.Context, fn func(localapi.LeaderResponse)) error {
 	if fn == nil {
 		return errors.New("client.Watch: fn is nil")
 	}
-	w := &watcher{c: c, fn: fn}
-	return w.run(ctx)
+	w := &watcher{c: c, fn: fn, wake: make(chan struct{}, 1)}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.run(rctx)
+	}()
+	w.serve(ctx)
+	stop()
+	<-done
+	return ctx.Err()
 }
 
 // How Watch follows the sidecar.
@@ -47,10 +71,21 @@ const (
 )
 
 type watcher struct {
-	c    *Client
-	fn   func(localapi.LeaderResponse)
-	last string // the ETag of the last state given to fn ("": none yet)
-	seen *localapi.LeaderResponse
+	c  *Client
+	fn func(localapi.LeaderResponse)
+
+	// The reader (run) hands the newest state to fn's goroutine (serve)
+	// through pending; wake has a value while pending is new.
+	wake chan struct{}
+	mu   sync.Mutex
+	// last is the ETag of the last state received ("": none yet, or the
+	// state given to fn since was unknown), seen its body when the sidecar
+	// sends no ETag.
+	last    string
+	seen    *localapi.LeaderResponse
+	pending *received
+	// early304: the last long-poll answered 304 before its wait was over.
+	early304 bool
 }
 
 func (w *watcher) run(ctx context.Context) error {
@@ -83,7 +118,7 @@ func (w *watcher) run(ctx context.Context) error {
 			mode = modePoll
 			w.report(fmt.Errorf("%w: polling GET /leader every %v instead", err, w.c.pollInterval))
 			continue
-		case err == nil && mode == modeLongPoll:
+		case err == nil && mode == modeLongPoll && !w.early304:
 			continue // the next long-poll at once
 		case err == nil:
 			if !sleep(ctx, w.c.pollInterval) {
@@ -116,8 +151,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// deliver gives fn the state r with ETag etag, unless fn has seen it.
-func (w *watcher) deliver(r *localapi.LeaderResponse, etag string) {
+// deliver hands fn's goroutine the state r with ETag etag, read in answer
+// to a request sent (or an event read) at anchor, unless it is the state
+// last received.
+func (w *watcher) deliver(r *localapi.LeaderResponse, etag string, anchor time.Time) {
+	if testHookReceived != nil {
+		defer testHookReceived(*r)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if etag != "" {
 		if etag == w.last {
 			return
@@ -133,7 +175,18 @@ func (w *watcher) deliver(r *localapi.LeaderResponse, etag string) {
 		}
 		w.seen = &cmp
 	}
-	w.fn(*r)
+	w.pending = &received{r: *r, until: anchor.Add(time.Duration(r.ExpiresInMs) * time.Millisecond)}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lastETag is the ETag of the last state received.
+func (w *watcher) lastETag() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
 }
 
 func sameState(a, b *localapi.LeaderResponse) bool {
@@ -155,8 +208,8 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 	})
 	defer idle.Stop()
 	hdr := http.Header{"Accept": {"text/event-stream"}}
-	if w.last != "" {
-		hdr.Set("Last-Event-ID", w.last)
+	if last := w.lastETag(); last != "" {
+		hdr.Set("Last-Event-ID", last)
 	}
 	resp, err := w.c.do(sctx, http.MethodGet, "/watch", "", hdr)
 	if err != nil {
@@ -173,11 +226,15 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 	sc.Buffer(make([]byte, 0, 4096), maxBody)
 	var id, event string
 	var data []byte
+	var anchor time.Time // when the event's first line was read
 	idSet := false
 	for sc.Scan() {
 		idle.Reset(w.c.idleTimeout)
 		answered = true
 		line := sc.Bytes()
+		if anchor.IsZero() {
+			anchor = time.Now()
+		}
 		if len(line) == 0 { // the end of an event: dispatch it
 			if event == "leader" && len(data) > 0 {
 				var r localapi.LeaderResponse
@@ -188,12 +245,14 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 				if !idSet {
 					tag = ""
 				}
-				w.deliver(&r, tag)
+				w.deliver(&r, tag, anchor)
 			}
 			id, event, data, idSet = "", "", data[:0], false
+			anchor = time.Time{}
 			continue
 		}
 		if line[0] == ':' { // a comment: the heartbeat
+			anchor = time.Time{}
 			continue
 		}
 		field, value, _ := strings.Cut(string(line), ":")
@@ -230,9 +289,11 @@ var errNoLongPoll = errors.New("the sidecar has no GET /leader long-poll")
 // longPoll makes one GET /leader: a plain one while no state is known, else
 // a long-poll on the last ETag.
 func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
-	if w.last == "" {
+	w.early304 = false
+	last := w.lastETag()
+	if last == "" {
 		answered, err := w.poll(ctx)
-		if err == nil && w.last == "" {
+		if err == nil && w.lastETag() == "" {
 			return answered, fmt.Errorf("%w: GET /leader sends no ETag", errNoLongPoll)
 		}
 		return answered, err
@@ -240,7 +301,8 @@ func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
 	wait := w.c.longPollWait
 	lctx, cancel := context.WithTimeout(ctx, wait+w.c.timeout)
 	defer cancel()
-	resp, err := w.c.do(lctx, http.MethodGet, "/leader", "wait="+wait.String(), http.Header{"If-None-Match": {w.last}})
+	sent := time.Now()
+	resp, err := w.c.do(lctx, http.MethodGet, "/leader", "wait="+wait.String(), http.Header{"If-None-Match": {last}})
 	if err != nil {
 		return false, err
 	}
@@ -253,15 +315,19 @@ func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
 		return false, err
 	}
 	if resp.StatusCode == http.StatusNotModified {
+		// Nothing changed. Before the wait is over, the sidecar (an older
+		// one, or a proxy) did not wait: pause before the next.
+		w.early304 = time.Since(sent) < wait
 		return true, nil
 	}
-	return true, w.answer(resp)
+	return true, w.answer(resp, sent)
 }
 
 // poll makes one plain GET /leader.
 func (w *watcher) poll(ctx context.Context) (answered bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, w.c.timeout)
 	defer cancel()
+	sent := time.Now()
 	resp, err := w.c.do(pctx, http.MethodGet, "/leader", "", nil)
 	if err != nil {
 		return false, err
@@ -270,16 +336,16 @@ func (w *watcher) poll(ctx context.Context) (answered bool, err error) {
 	if err := checkStatus(resp, "/leader", http.StatusOK); err != nil {
 		return false, err
 	}
-	return true, w.answer(resp)
+	return true, w.answer(resp, sent)
 }
 
-// answer gives fn a 200 of GET /leader.
-func (w *watcher) answer(resp *http.Response) error {
+// answer gives fn a 200 of GET /leader, requested at sent.
+func (w *watcher) answer(resp *http.Response, sent time.Time) error {
 	var r localapi.LeaderResponse
 	if err := decode(resp, "/leader", &r); err != nil {
 		return err
 	}
 	etag := resp.Header.Get("ETag")
-	w.deliver(&r, etag)
+	w.deliver(&r, etag, sent)
 	return nil
 }
