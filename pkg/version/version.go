@@ -5,7 +5,7 @@ import "runtime/debug"
 
 // Version is set at build time:
 //
-//	-ldflags "-X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=v0.1.0"
+//	-ldflags "-X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=0.2.0"
 var Version = "dev"
 
 // Revision is the source commit. It may be set at build time

@@ -75,8 +75,8 @@ func TestBadValues(t *testing.T) {
 		{"typo in an app health value", []string{"appHealth.failureTreshold=2"},
 			"", []string{"failureTreshold", "additional properties"}},
 		// Monitoring, PDB, NetworkPolicy, commonLabels (monitoring_test.go).
-		{"PDB with both bounds", []string{"pdb.create=true", "pdb.minAvailable=2", "pdb.maxUnavailable=0"},
-			"", []string{"pdb.maxUnavailable (0) and pdb.minAvailable (2) are mutually exclusive: set one"}},
+		{"PDB with both bounds", []string{"pdb.create=true", "pdb.minAvailable=2", "pdb.maxUnavailable=1"},
+			"", []string{"pdb.maxUnavailable (1) and pdb.minAvailable (2) are mutually exclusive: set one"}},
 		{"PDB with both bounds as percentages", []string{"pdb.create=true", "pdb.minAvailable=50%", "pdb.maxUnavailable=50%"},
 			"", []string{"pdb.maxUnavailable (50%) and pdb.minAvailable (50%) are mutually exclusive"}},
 		{"PDB percentage without a number", []string{"pdb.maxUnavailable=half"},
@@ -132,7 +132,33 @@ func TestBadValues(t *testing.T) {
 		{"typo in a leader label guard value", []string{"leaderLabel.guard.enable=true"},
 			"", []string{"enable", "additional properties"}},
 		{"cluster older than the chart", []string{"sidecar.native=false", "leaseGuard.enabled=false"},
-			"v1.28.0", []string{"kubeVersion", ">=1.29.0-0"}},
+			"v1.27.9", []string{"kubeVersion", ">=1.28.0-0"}},
+		{"native sidecar on a cluster without native sidecars", nil,
+			"v1.28.4", []string{"sidecar.native=true needs Kubernetes >= 1.29", "set sidecar.native=false"}},
+		{"pdb that blocks every drain (maxUnavailable 0)", []string{"pdb.create=true", "pdb.maxUnavailable=0"},
+			"", []string{"/pdb/maxUnavailable"}},
+		{"pdb that blocks every drain (maxUnavailable 0%)", []string{"pdb.create=true", "pdb.maxUnavailable=0%"},
+			"", []string{"/pdb/maxUnavailable"}},
+		{"pdb that blocks every drain (minAvailable = replicas)", []string{"pdb.create=true", "pdb.minAvailable=3"},
+			"", []string{"pdb.minAvailable 3 with workload.replicas 3 allows no eviction"}},
+		{"pdb that blocks every drain (minAvailable 100%)", []string{"pdb.create=true", "pdb.minAvailable=100%"},
+			"", []string{"pdb.minAvailable 100% with workload.replicas 3 allows no eviction"}},
+		{"sidecar readiness probe with terminationGracePeriodSeconds", []string{"sidecar.probes.readiness.terminationGracePeriodSeconds=5"},
+			"", []string{"/sidecar/probes/readiness", "terminationGracePeriodSeconds"}},
+		{"sidecar liveness probe with successThreshold 2", []string{"sidecar.probes.liveness.successThreshold=2"},
+			"", []string{"/sidecar/probes/liveness/successThreshold"}},
+		{"sidecar startup probe with successThreshold 2", []string{"sidecar.probes.startup.successThreshold=2"},
+			"", []string{"/sidecar/probes/startup/successThreshold"}},
+		{"app readiness probe with terminationGracePeriodSeconds", []string{"app.readinessProbe.terminationGracePeriodSeconds=5", "app.readinessProbe.tcpSocket.port=8080"},
+			"", []string{"/app/readinessProbe"}},
+		{"app liveness probe with successThreshold 2", []string{"app.livenessProbe.successThreshold=2", "app.livenessProbe.tcpSocket.port=8080"},
+			"", []string{"/app/livenessProbe/successThreshold"}},
+		{"app startup probe with successThreshold 3", []string{"app.startupProbe.successThreshold=3", "app.startupProbe.tcpSocket.port=8080"},
+			"", []string{"/app/startupProbe/successThreshold"}},
+		{"app image digest not a sha256", []string{"app.image.digest=latest"},
+			"", []string{"/app/image/digest"}},
+		{"helm test timeout without a unit", []string{"helmTest.timeout=120"},
+			"", []string{"/helmTest/timeout"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,6 +180,16 @@ func TestBadValues(t *testing.T) {
 		{"election.leaseDuration=3s", "election.renewDeadline=2s", "election.retryPeriod=500ms", "election.clockSkewMargin=200ms"},
 		{"election.leaseDuration=1m", "election.renewDeadline=40s", "election.retryPeriod=5s"},
 	} {
+		if _, err := render(t, renderOpts{Set: set}); err != nil {
+			t.Errorf("%v: %v", set, err)
+		}
+	}
+	// A plain-container sidecar works on 1.28, as the README says for clusters without native sidecars.
+	if _, err := render(t, renderOpts{Set: []string{"sidecar.native=false"}, KubeVersion: "v1.28.0"}); err != nil {
+		t.Errorf("1.28 with sidecar.native=false: %v", err)
+	}
+	// A PDB that still lets one pod go renders.
+	for _, set := range [][]string{{"pdb.create=true", "pdb.minAvailable=2"}, {"pdb.create=true", "pdb.maxUnavailable=1"}, {"pdb.create=true", "pdb.maxUnavailable=34%"}} {
 		if _, err := render(t, renderOpts{Set: set}); err != nil {
 			t.Errorf("%v: %v", set, err)
 		}

@@ -155,6 +155,7 @@ func TestRender(t *testing.T) {
 		native     bool
 		appName    string
 		appImage   string
+		ownApp     bool // demo.enabled=false: the user's container
 		image      string
 		lease      string
 		sa         string
@@ -167,7 +168,7 @@ func TestRender(t *testing.T) {
 	}{
 		{
 			name: "defaults: demo Deployment with a native sidecar", kind: "Deployment", replicas: 3, native: true,
-			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0",
+			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-demo:0.2.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.2.0",
 			lease: fullname, sa: fullname,
 			wantEnv: map[string]string{
 				"POD_NAME": "fieldRef:metadata.name", "POD_NAMESPACE": "fieldRef:metadata.namespace", "POD_UID": "fieldRef:metadata.uid",
@@ -188,7 +189,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "StatefulSet with its own lease and timings", files: []string{"statefulset.yaml"}, kind: "StatefulSet", replicas: 2, native: true,
-			appName: "app", appImage: "elector-sidecar:dev", image: "elector-sidecar:dev", lease: "my-lease", sa: fullname,
+			appName: "app", appImage: "elector-demo:dev", image: "elector-sidecar:dev", lease: "my-lease", sa: fullname,
 			wantEnv: map[string]string{
 				"ELECTOR_LEASE_NAME": "my-lease", "ELECTOR_LEASE_DURATION": "20s", "ELECTOR_RENEW_DEADLINE": "15s",
 				"ELECTOR_RETRY_PERIOD": "3s", "ELECTOR_CLOCK_SKEW_MARGIN": "1s",
@@ -200,7 +201,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "plain container, exec probes, no metrics", files: []string{"plain-container.yaml"}, kind: "Deployment", replicas: 3, native: false,
-			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0",
+			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-demo:0.2.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.2.0",
 			lease: fullname, sa: fullname,
 			wantEnv: map[string]string{"ELECTOR_HTTP_ADDRESS": "127.0.0.1:4040", "ELECTOR_HTTP_ENDPOINT": "", "ELECTOR_LOG_FORMAT": "text", "ELECTOR_LOG_LEVEL": "debug"},
 			probes:  execProbes,
@@ -208,7 +209,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "your own app, no probes", files: []string{"own-app.yaml"}, kind: "Deployment", replicas: 2, native: true,
-			appName: "web", appImage: "registry.example/team/web:1.2.3", image: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0",
+			appName: "web", appImage: "registry.example/team/web:1.2.3", ownApp: true, image: "ghcr.io/elector-sidecar/elector-sidecar:0.2.0",
 			lease: fullname, sa: fullname,
 			wantEnv:    map[string]string{"EXTRA": "1", "ELECTOR_LEASE_NAME": fullname},
 			wantAppEnv: map[string]string{"GREETING": "hello", "ELECTOR_URL": "http://127.0.0.1:4040", "ELECTOR_DEMO_STORE": ""},
@@ -229,7 +230,7 @@ func TestRender(t *testing.T) {
 		},
 		{
 			name: "bring your own ServiceAccount and RBAC, nothing cluster-scoped", files: []string{"minimal-permissions.yaml"}, kind: "Deployment", replicas: 3, native: true,
-			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.1.0",
+			appName: "app", appImage: "ghcr.io/elector-sidecar/elector-demo:0.2.0", image: "ghcr.io/elector-sidecar/elector-sidecar:0.2.0",
 			lease: fullname, sa: "existing-sa", probes: httpGetProbes,
 			noKinds: []string{"ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"},
 		},
@@ -285,9 +286,10 @@ func TestRender(t *testing.T) {
 			if pod.Spec.ServiceAccountName != tt.sa {
 				t.Errorf("serviceAccountName = %q, want %q", pod.Spec.ServiceAccountName, tt.sa)
 			}
-			psc := pod.Spec.SecurityContext
-			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("pod securityContext = %+v, want runAsNonRoot and RuntimeDefault seccomp", psc)
+			// The pod's security context is the user's (workload.podSecurityContext, empty by default): the chart
+			// hardens its own containers (the sidecar, the demo app) one by one, never the user's app.
+			if psc := pod.Spec.SecurityContext; psc != nil && !reflect.DeepEqual(*psc, corev1.PodSecurityContext{}) {
+				t.Errorf("pod securityContext = %+v, want none by default", psc)
 			}
 			var sidecar *corev1.Container
 			if tt.native {
@@ -344,7 +346,17 @@ func TestRender(t *testing.T) {
 					t.Errorf("app env %s = %q, want %q", k, appEnv[k], v)
 				}
 			}
-			checkHardened(t, "app", app.SecurityContext)
+			if tt.ownApp {
+				// The user's own container gets no resources or security context unless the values set them.
+				if app.SecurityContext != nil || len(app.Resources.Limits) != 0 || len(app.Resources.Requests) != 0 {
+					t.Errorf("own app: securityContext %+v, resources %+v; want none (the chart imposes nothing on the user's container)", app.SecurityContext, app.Resources)
+				}
+			} else {
+				checkHardened(t, "app (demo)", app.SecurityContext)
+				if app.Resources.Limits.Memory().IsZero() {
+					t.Errorf("demo app resources = %+v, want demo.resources", app.Resources)
+				}
+			}
 			if got := pod.Annotations["kubectl.kubernetes.io/default-container"]; got != tt.appName {
 				t.Errorf("default-container annotation = %q, want %q", got, tt.appName)
 			}

@@ -40,8 +40,8 @@ func TestDemoAppGoWorkerValues(t *testing.T) {
 			if !slices.Equal(app.Command, []string{tt.wantCommand}) {
 				t.Errorf("app command %q, want [%s]", app.Command, tt.wantCommand)
 			}
-			if app.Image != sidecar.Image {
-				t.Errorf("app image %q, want the sidecar's image %q (it holds both demo apps)", app.Image, sidecar.Image)
+			if want := "ghcr.io/elector-sidecar/elector-demo:0.2.0"; app.Image != want || sidecar.Image == want {
+				t.Errorf("app image %q, sidecar image %q: want the demo image %q (it holds both demo apps; the sidecar image only the sidecar)", app.Image, sidecar.Image, want)
 			}
 			env := envMap(app)
 			for k, v := range tt.wantAppEnv {

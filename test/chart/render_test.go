@@ -58,6 +58,7 @@ func loadChart(t testing.TB) *chartv2.Chart {
 // rendered is one `helm install --dry-run=client` of the chart.
 type rendered struct {
 	Objects  []*unstructured.Unstructured
+	Hooks    []*unstructured.Unstructured // helm hooks (the `helm test` objects), not in Manifest
 	Notes    string
 	Manifest string
 }
@@ -146,7 +147,15 @@ func render(t testing.TB, o renderOpts) (rendered, error) {
 	if err != nil {
 		t.Fatalf("decoding manifest: %v\n%s", err, r.Manifest)
 	}
-	return rendered{Objects: objs, Notes: r.Info.Notes, Manifest: r.Manifest}, nil
+	var hooks []*unstructured.Unstructured
+	for _, h := range r.Hooks {
+		hs, err := decodeManifest(h.Manifest)
+		if err != nil {
+			t.Fatalf("decoding hook %s: %v\n%s", h.Name, err, h.Manifest)
+		}
+		hooks = append(hooks, hs...)
+	}
+	return rendered{Objects: objs, Hooks: hooks, Notes: r.Info.Notes, Manifest: r.Manifest}, nil
 }
 
 func mustRender(t testing.TB, o renderOpts) rendered {

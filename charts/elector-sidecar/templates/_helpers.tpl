@@ -84,6 +84,24 @@ release's app.kubernetes.io/name and app.kubernetes.io/instance, then election.l
 {{- end }}
 {{- end }}
 
+{{/* The demo image (demo.image): /elector-demo, /go-worker and the helm test's /elector-chart-test. */}}
+{{- define "elector-sidecar.demoImage" -}}
+{{- if .Values.demo.image.digest }}
+{{- printf "%s@%s" .Values.demo.image.repository .Values.demo.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.demo.image.repository (default .Chart.AppVersion .Values.demo.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The app's image (app.image): repository@digest when a digest is set, else repository:tag. */}}
+{{- define "elector-sidecar.appImage" -}}
+{{- if .Values.app.image.digest }}
+{{- printf "%s@%s" .Values.app.image.repository .Values.app.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.app.image.repository .Values.app.image.tag }}
+{{- end }}
+{{- end }}
+
 {{/* The local API as the app sees it. */}}
 {{- define "elector-sidecar.url" -}}
 {{- printf "http://127.0.0.1:%d" (int .Values.sidecar.httpPort) }}
@@ -447,6 +465,9 @@ It mounts the pod volume of elector-sidecar.tokenVolume.
     {{- include "elector-sidecar.initContainer" (index .Subcharts "elector-sidecar") | nindent 4 }}
 */}}
 {{- define "elector-sidecar.initContainer" -}}
+{{- if semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars: an initContainer with restartPolicy Always); this cluster is %s: set sidecar.native=false (a plain container)" .Capabilities.KubeVersion.Version) }}
+{{- end }}
 {{- include "elector-sidecar.containerSpec" . }}
   restartPolicy: Always
 {{- end }}

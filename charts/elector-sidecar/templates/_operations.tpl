@@ -104,6 +104,13 @@ metrics.serviceMonitor, metrics.podMonitor, metrics.prometheusRule, pdb, network
 {{- if and (include "elector-sidecar.pdbBound" $p.maxUnavailable) (include "elector-sidecar.pdbBound" $p.minAvailable) }}
 {{- fail (printf "pdb.maxUnavailable (%v) and pdb.minAvailable (%v) are mutually exclusive: set one (neither: maxUnavailable 1)" $p.maxUnavailable $p.minAvailable) }}
 {{- end }}
+{{- /* A PDB that allows no eviction blocks every node drain (the API server accepts it). */}}
+{{- if include "elector-sidecar.pdbBound" $p.minAvailable }}
+{{- $min := toString $p.minAvailable }}
+{{- if or (eq $min "100%") (and (regexMatch "^[0-9]+$" $min) (ge (atoi $min) (int .Values.workload.replicas))) }}
+{{- fail (printf "pdb.minAvailable %s with workload.replicas %d allows no eviction and blocks every node drain: set it below the replicas (or use pdb.maxUnavailable)" $min (int .Values.workload.replicas)) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if .Values.networkPolicy.enabled }}
 {{- if not .Values.workload.enabled }}
