@@ -104,7 +104,10 @@ start_prebuild() {
   # CPU whatever its nice value.
   set -m
   # shellcheck disable=SC2016 # expanded by the inner bash
+  # Each step starts at nice 19 again: a tier that waits for a step raises that step's priority (see
+  # hack/build-binaries.sh), and the next step must not keep it.
   nice -n 19 bash -c 'set -o errexit; for s in "$@"; do
+      renice -n 19 -p $$ >/dev/null 2>&1 || true
       if [[ $s == cluster ]]; then a=(--cluster); else a=(); fi
       echo "+ hack/build-binaries.sh ${a[*]}"; hack/build-binaries.sh "${a[@]}"; done' \
     prebuild "${sets[@]}" </dev/null >"$prebuild_log" 2>&1 &
