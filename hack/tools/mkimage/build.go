@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // FileEntry is a local file copied into the image.
@@ -48,6 +49,9 @@ type Spec struct {
 	OS, Arch   string
 	Created    time.Time
 	Out        string
+	// Format of the output tarball: "docker" (`docker save`, the default) or "oci" (an OCI image layout in
+	// one tar: OCI media types, index.json naming every tag).
+	Format string
 }
 
 func parseMode(s string) (os.FileMode, error) {
@@ -237,10 +241,15 @@ func Image(spec Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building layer: %w", err)
 	}
-	img, err := mutate.Append(empty.Image, mutate.Addendum{
+	base, layerType := empty.Image, types.MediaType("")
+	if spec.Format == "oci" {
+		base = mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+		layerType = types.OCILayer
+	}
+	img, err := mutate.Append(base, mutate.Addendum{
 		Layer:     layer,
 		History:   v1.History{Created: v1.Time{Time: spec.Created}, CreatedBy: "mkimage", Comment: "files: " + fileList(spec)},
-		MediaType: "",
+		MediaType: layerType,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("appending layer: %w", err)
@@ -285,6 +294,13 @@ func Build(spec Spec) error {
 	img, err := Image(spec)
 	if err != nil {
 		return err
+	}
+	switch spec.Format {
+	case "oci":
+		return writeFileAtomic(spec.Out, func(w io.Writer) error { return writeOCILayout(w, img, spec.Tags, spec.Created) })
+	case "", "docker":
+	default:
+		return fmt.Errorf("--format %q: want docker or oci", spec.Format)
 	}
 	for _, t := range spec.Tags {
 		ref, err := name.NewTag(t)

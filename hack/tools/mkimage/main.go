@@ -64,6 +64,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.StringVar(&spec.Arch, "arch", runtime.GOARCH, "image architecture (must match the binaries)")
 	fs.StringVar(&created, "created", "", "image creation time (RFC 3339); default: $SOURCE_DATE_EPOCH, else the Unix epoch (reproducible)")
 	fs.StringVar(&spec.Out, "out", "", "output tarball `path` (required)")
+	fs.StringVar(&spec.Format, "format", "docker", "output `format`: docker (`docker save`) or oci (an OCI image layout in one tar)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -109,6 +110,9 @@ func run(args []string, stderr io.Writer) error {
 	spec.Created = t
 	if spec.Out == "" {
 		return fmt.Errorf("%w: --out is required", errUsage)
+	}
+	if spec.Format != "docker" && spec.Format != "oci" {
+		return fmt.Errorf("%w: --format %q: want docker or oci", errUsage, spec.Format)
 	}
 	if len(spec.Tags) == 0 {
 		return fmt.Errorf("%w: at least one --tag is required", errUsage)
