@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -38,7 +39,9 @@ func (e *Elector) acquire(ctx context.Context) {
 	s := &e.st
 	next := max(s.maxSeen, transitionsOf(s.obs)) + 1
 	if next > math.MaxInt32 {
-		e.log.Error("cannot acquire: leaseTransitions would overflow int32", "transitions", next-1)
+		// Stays until an operator's reset (checkReset), which also ends
+		// this back-off.
+		e.setCannotLead(fmt.Sprintf("leaseTransitions is %d, the largest fencing token a Lease can hold: no new token can be issued until an operator resets the count (README: Recovering an exhausted token)", next-1))
 		s.retryAt = e.clock.Now().Add(e.cfg.LeaseDuration)
 		return
 	}
@@ -62,10 +65,13 @@ func (e *Elector) acquire(ctx context.Context) {
 	)
 	if s.obs == nil {
 		verb = "create"
-		got, err = e.leases.Create(reqCtx, e.newLease(spec), metav1.CreateOptions{})
+		l := e.newLease(spec)
+		markTerm(l, s.incarnation)
+		got, err = e.leases.Create(reqCtx, l, metav1.CreateOptions{})
 	} else {
 		l := s.obs.DeepCopy()
 		l.Spec = spec
+		markTerm(l, s.incarnation)
 		e.addLabels(l)
 		if raced {
 			s.attempted = true
@@ -89,6 +95,7 @@ func (e *Elector) acquire(ctx context.Context) {
 	}
 	e.observe(got, true)
 	s.lost = 0
+	e.setCannotLead("")
 	e.startTerm(got, sent)
 }
 
@@ -100,7 +107,9 @@ func (e *Elector) restore(ctx context.Context) {
 	s.restoreFrom = nil
 	reqCtx, cancel := context.WithTimeout(ctx, e.cfg.RenewDeadline)
 	defer cancel()
-	got, err := e.leases.Create(reqCtx, e.newLease(restoreSpec(old.Spec, s.maxSeen, e.clock.Now())), metav1.CreateOptions{})
+	l := e.newLease(restoreSpec(old.Spec, s.maxSeen, e.clock.Now()))
+	restoredRecord(old, l)
+	got, err := e.leases.Create(reqCtx, l, metav1.CreateOptions{})
 	if err != nil {
 		if !apierrors.IsAlreadyExists(err) {
 			// Nothing is lost: the deletion's notBefore still holds.
@@ -147,6 +156,7 @@ func (e *Elector) renew(ctx context.Context) {
 		}
 		l := s.obs.DeepCopy()
 		l.Spec = renewSpec(l.Spec, e.cfg.Identity, e.cfg.LeaseDuration, t.token, sent)
+		markTerm(l, s.incarnation)
 		e.addLabels(l)
 		reqCtx, cancel := context.WithTimeout(ctx, remaining)
 		got, err := e.leases.Update(reqCtx, l, metav1.UpdateOptions{})
@@ -181,7 +191,7 @@ func (e *Elector) refresh(ctx context.Context) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		if s.obs != nil || !s.everSeen {
-			e.observeDeleted(nil)
+			e.observeDeleted(nil, false)
 		}
 		s.needRefresh = false
 	case err != nil:
@@ -207,7 +217,7 @@ func (e *Elector) writeFailed(verb, what string, err error) {
 		s.needRefresh = true
 		s.refreshAt = now.Add(e.cfg.RetryPeriod)
 	case apierrors.IsNotFound(err) && verb == "update":
-		e.observeDeleted(nil)
+		e.observeDeleted(nil, false)
 		s.retryAt = now.Add(e.cfg.RetryPeriod)
 	default:
 		// Includes NotFound on create: the namespace does not exist.
@@ -253,8 +263,14 @@ func (e *Elector) stepDown(ctx context.Context, why string, handedBack bool) err
 			return nil // not ours any more: nothing to release
 		}
 		token := transitionsOf(l)
+		now := e.clock.Now()
 		free := l.DeepCopy()
-		free.Spec = releaseSpec(l.Spec, s.lastToken, e.clock.Now())
+		free.Spec = releaseSpec(l.Spec, s.lastToken, now)
+		var wait time.Duration
+		if !handedBack {
+			wait = max(s.promisedUntil.Sub(now), 0)
+		}
+		markReleased(free, specTransitions(&free.Spec), s.incarnation, wait)
 		e.addLabels(free)
 		var got *coordinationv1.Lease
 		got, err = e.leases.Update(ctx, free, metav1.UpdateOptions{})

@@ -52,8 +52,9 @@ func TestWithdrawnLeaderStopsItsTokenAndReleasesSoAFollowerTakesOver(t *testing.
 	if s.IsLeader || s.Candidate || s.NotCandidate != "app unhealthy" {
 		t.Fatalf("withdrawn leader status = %+v", s)
 	}
-	// No clock step: b takes over on the release's watch event.
-	eventually(t, "b leads", func() bool { return b.Status().IsLeader })
+	// The app did not give the token back: b waits out the validity a
+	// had handed out (released with it), then takes over.
+	api.advanceUntil("b leads", 2*ld, func() bool { return b.Status().IsLeader })
 	nextEvent(t, a, "a stepped down: app unhealthy")
 	if got := b.Status().Token; got != 3 {
 		t.Fatalf("b token %d, want 3", got)
@@ -80,7 +81,9 @@ func TestWithdrawnFollowerNeverTakesAFreeLeaseUntilItCampaignsAgain(t *testing.T
 	if err := b.SetCandidate(context.Background(), true, "app healthy"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b leads once it campaigns again", func() bool { return b.Status().IsLeader })
+	// a withdrew (the app did not give the token back): b waits out the
+	// validity a had handed out.
+	api.advanceUntil("b leads once it campaigns again", 2*ld, func() bool { return b.Status().IsLeader })
 	nextEvent(t, b, "b campaigns again: app healthy")
 }
 
@@ -99,7 +102,7 @@ func TestStartWithdrawnCandidateDoesNotCampaign(t *testing.T) {
 	if err := a.SetCandidate(context.Background(), true, "app healthy"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
 }
 
 func TestReleaseForKeepsThePodOutForThatLong(t *testing.T) {
@@ -155,7 +158,7 @@ func TestBeforeReleaseRunsAfterTheTokenStopsAndBeforeTheLeaseIsFreed(t *testing.
 		return false, nil, nil
 	})
 	a = api.run("a", api.clock)
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
 	if err := a.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +179,7 @@ func boolString(b bool) string {
 func TestChangedFiresWhenTheTokenRunsOutWithNoLeaseEvent(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	a := api.run("a", api.clock)
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
 	api.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("cut off")
 	})

@@ -77,14 +77,11 @@ const (
 
 // contended reports whether acquiring the observed Lease now is a race
 // among followers that decide spreads out: a release this candidate saw
-// happen, or a held Lease (taken when its term ran out on our clock). Not:
-// a Lease that was free when we first saw it, an absent one, or our own
-// deleted term.
+// happen, or a Lease taken when its term ran out on our clock (held, or
+// free without a release we saw). Not: an absent Lease, or our own deleted
+// term.
 func contended(s *state) bool {
-	if s.obs == nil || s.term != nil || s.ownDeletion {
-		return false
-	}
-	return holderOf(s.obs) != "" || s.releaseSeen
+	return s.obs != nil && s.term == nil && !s.ownDeletion
 }
 
 // priorContenders is the estimate of a Lease that carries none: the

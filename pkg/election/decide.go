@@ -68,11 +68,17 @@ type state struct {
 	// lost: contended acquisitions lost, less the rounds since in which
 	// the Lease was taken before our turn; attempted: we wrote in the
 	// current one.
-	draw        float64
-	contenders  float64
+	draw       float64
+	contenders float64
+	lost       int
+	attempted  bool
+
+	// releaseSeen: the observed free Lease is its holder's own release,
+	// seen replacing the term it names (record.go: released); only then
+	// may it be taken before it expires, releaseWait after we saw it (the
+	// validity its holder had handed out; 0: given back).
 	releaseSeen bool
-	lost        int
-	attempted   bool
+	releaseWait time.Duration
 
 	// After the Lease went away.
 	deletedAt   time.Time
@@ -80,13 +86,14 @@ type state struct {
 	ownDeletion bool                  // it went while our term on it was valid
 	notBefore   time.Time             // no acquisition before this
 
-	term         *term // nil: not leading
-	lastToken    int64 // token of this process's latest term (0: none)
-	lastTermUID  string
-	pendingToken int64 // an acquire whose outcome is unknown (the answer was lost)
-	unreleased   bool  // a release write failed: the Lease may still name our ended term
-	holdOff      time.Time
-	retryAt      time.Time // after a failed write, nothing before this
+	term          *term     // nil: not leading
+	promisedUntil time.Time // the latest validity any term of ours handed out
+	lastToken     int64     // token of this process's latest term (0: none)
+	lastTermUID   string
+	pendingToken  int64 // an acquire whose outcome is unknown (the answer was lost)
+	unreleased    bool  // a release write failed: the Lease may still name our ended term
+	holdOff       time.Time
+	retryAt       time.Time // after a failed write, nothing before this
 
 	// Candidacy: a candidate that withdrew (e.g. its app is unhealthy)
 	// never acquires; one released "for" a while acquires no earlier than
@@ -100,6 +107,13 @@ type state struct {
 	// a term is ours only if the Lease carries it, so a second process
 	// with our identity can never renew or release our term (nor we its).
 	incarnation string
+
+	// What readers are told beyond the term: another process writes with
+	// our identity (collision), no token can be issued (cannotLead), and
+	// the last operator reset of the count seen (resetSeen).
+	collision  string
+	cannotLead string
+	resetSeen  string
 }
 
 // phase names the state for logs and the diagram.
@@ -144,7 +158,7 @@ func decide(s *state, c *Config, now time.Time) decision {
 		return decision{action: actRestore}
 	}
 	if t := s.term; t != nil {
-		if holderOf(s.obs) == s.identity && uidOf(s.obs) == t.uid && transitionsOf(s.obs) > t.token {
+		if heldBy(s.obs, s.identity, s.incarnation) && uidOf(s.obs) == t.uid && transitionsOf(s.obs) > t.token {
 			return decision{action: actAcquire}
 		}
 		if !now.Before(t.nextRenew) {
@@ -178,11 +192,20 @@ func acquireAt(s *state, c *Config) time.Time {
 		return s.holdOff
 	case s.obs == nil:
 		at = s.notBefore
-	case holderOf(s.obs) == "":
-		at = s.obsTime.Add(contendDelay(s, c))
+	case holderOf(s.obs) == "" && s.releaseSeen:
+		// Its holder released it while we watched: at once, or once the
+		// validity it had handed out has run out on our clock too.
+		wait := s.releaseWait
+		if wait > 0 {
+			wait += c.ClockSkewMargin
+		}
+		at = s.obsTime.Add(wait + contendDelay(s, c))
 	default:
 		// Held, by another candidate or by an earlier process with our
-		// identity (whose term we never resume): expiry on our clock.
+		// identity (whose term we never resume), or free without a release
+		// we saw (cleared by hand, recreated, restored, found so at
+		// start): whoever held it last may still serve its token, so it
+		// is taken only when that term has expired on our clock.
 		at = s.obsTime.Add(max(c.LeaseDuration, durationOf(s.obs)) + contendDelay(s, c))
 	}
 	return laterOf(laterOf(at, s.notBefore), s.holdOff)
@@ -191,13 +214,13 @@ func acquireAt(s *state, c *Config) time.Time {
 // ownRecord: l names us at a count no higher than our latest token, so it
 // records our own (ended) term and nobody acquired since.
 func ownRecord(s *state, l *coordinationv1.Lease) bool {
-	return s.lastToken > 0 && holderOf(l) == s.identity && transitionsOf(l) <= s.lastToken
+	return s.lastToken > 0 && heldBy(l, s.identity, s.incarnation) && transitionsOf(l) <= s.lastToken
 }
 
 // ours reports whether l may record a term of this process that was not
 // written free: our latest term's Lease, or an acquire whose answer we lost.
 func ours(s *state, l *coordinationv1.Lease) bool {
-	if l == nil || holderOf(l) != s.identity {
+	if !heldBy(l, s.identity, s.incarnation) {
 		return false
 	}
 	if s.pendingToken > 0 && transitionsOf(l) == s.pendingToken {

@@ -174,6 +174,11 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// waitOutFreeLease moves the clock past the expiry of a free Lease the
+// candidates found at start (and past any contention window): with no
+// release seen, it is treated as held until then.
+func (f *fakeAPI) waitOutFreeLease() { f.clock.Step(ld + rp) }
+
 // stepped is a candidate driven by the test, one step at a time, with no
 // goroutines: the test hands it the informer's events and runs the loop's
 // body (decide, execute) until nothing is due.

@@ -14,6 +14,9 @@ import (
 type observation struct {
 	lease   *coordinationv1.Lease // the Lease; for a deletion, its last known state (may be nil)
 	deleted bool
+	// unknown: a deletion found by a relist; lease is the last version
+	// this process knew, not necessarily the one deleted.
+	unknown bool
 	synced  bool // marker: the initial list has been handed to the loop
 }
 
@@ -112,14 +115,15 @@ func (s *leaseStore) put(obj any, deleted bool) {
 // after a watch gap gives DeletedFinalStateUnknown with the last state
 // known).
 func (e *Elector) post(obj any, deleted bool) *coordinationv1.Lease {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+	d, unknown := obj.(cache.DeletedFinalStateUnknown)
+	if unknown {
 		obj, deleted = d.Obj, true
 	}
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok || !e.watched(l) {
 		return nil
 	}
-	e.deliver(observation{lease: l, deleted: deleted})
+	e.deliver(observation{lease: l, deleted: deleted, unknown: unknown})
 	return l
 }
 
@@ -150,7 +154,7 @@ func (e *Elector) drainInbox() {
 		case o.synced:
 			e.markSynced()
 		case o.deleted:
-			e.observeDeleted(o.lease)
+			e.observeDeleted(o.lease, !o.unknown)
 		default:
 			e.observe(o.lease, false)
 		}

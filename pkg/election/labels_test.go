@@ -52,6 +52,7 @@ func TestNextWriteAddsOnlyTheMissingLeaseLabels(t *testing.T) {
 	api := newFakeAPI(t, l)
 	api.mutate = withLabels(releaseLabels)
 	a := api.stepped("a").seesStored()
+	api.waitOutFreeLease()
 	a.step()
 	wantCalls(t, api, "a acquires", "update")
 	wantLeads(t, a, 2)

@@ -119,7 +119,7 @@ func TestLeaderRenewsWithOneCompareAndSwapWritePerRetryPeriod(t *testing.T) {
 		return false, nil, nil
 	})
 	a := api.run("a", api.clock)
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
 	api.advanceUntil("three renewals", 10*rp, func() bool { mu.Lock(); defer mu.Unlock(); return len(updates) >= 4 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -142,7 +142,7 @@ func leaderAndFollower(t *testing.T) (api *fakeAPI, a, b *running) {
 	t.Helper()
 	api = newFakeAPI(t, heldLease("", 1))
 	a = api.run("a", api.clock)
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
 	b = api.run("b", api.clock)
 	eventually(t, "b sees a", func() bool { return b.Status().Holder == "a" })
 	return api, a, b
@@ -207,7 +207,7 @@ func TestLeaderLosesItsTokenBeforeAFollowerCanTakeOver(t *testing.T) {
 func TestShutdownReleasesTheLease(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	a := api.run("a", api.clock)
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
 	a.stop(t)
 	if l := api.lease(); holderOf(l) != "" || transitionsOf(l) != 2 {
 		t.Fatalf("after shutdown lease spec = %+v", l.Spec)
@@ -338,7 +338,14 @@ func TestLeaseDeletedWhileARacingAcquireIsInFlight(t *testing.T) {
 		}
 		return nil, nil
 	}})
-	<-fBlocked
+	api.advanceUntil("f's acquire is in flight", 2*ld, func() bool {
+		select {
+		case <-fBlocked:
+			return true
+		default:
+			return false
+		}
+	})
 	b := api.runGated("b", &gatedLeases{onUpdate: func(*coordinationv1.Lease) (<-chan struct{}, error) {
 		if bUpdates.Add(1) == 2 {
 			bOnce.Do(func() { close(bBlocked) })
@@ -348,7 +355,7 @@ func TestLeaseDeletedWhileARacingAcquireIsInFlight(t *testing.T) {
 	}})
 	t.Cleanup(openF) // before the candidates' stops, which run first otherwise
 	t.Cleanup(openB)
-	eventually(t, "b leads", func() bool { return b.Status().IsLeader })
+	api.advanceUntil("b leads", 2*ld, func() bool { return b.Status().IsLeader })
 	if tok := b.Status().Token; tok != 6 {
 		t.Fatalf("b token %d", tok)
 	}

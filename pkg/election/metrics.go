@@ -12,6 +12,7 @@ type metrics struct {
 	losses        *prometheus.CounterVec
 	renewDuration prometheus.Histogram
 	apiErrors     *prometheus.CounterVec
+	collisions    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
@@ -37,6 +38,10 @@ func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 			Name: "elector_api_errors_total",
 			Help: "Failed API server requests (including lost compare-and-swap races), by verb.",
 		}, []string{"verb"}),
+		collisions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "elector_identity_collisions_total",
+			Help: "Writes seen from another process with this process's identity (identities must be unique).",
+		}),
 	}
 	for _, r := range lossReasons {
 		m.losses.WithLabelValues(string(r))
@@ -48,7 +53,11 @@ func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 		return func() float64 { return f(e.Status()) }
 	}
 	collectors := []prometheus.Collector{
-		m.acquisitions, m.releases, m.losses, m.renewDuration, m.apiErrors,
+		m.acquisitions, m.releases, m.losses, m.renewDuration, m.apiErrors, m.collisions,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "elector_cannot_lead",
+			Help: "1 while this process cannot be issued a token at all (leaseTransitions exhausted; /leader says why), else 0.",
+		}, status(func(s Status) float64 { return b2f(s.CannotLead != "") })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "elector_is_leader",
 			Help: "1 while this process leads and its fencing token is safe to use, else 0.",

@@ -91,6 +91,13 @@ func specTransitions(s *coordinationv1.LeaseSpec) int64 {
 	return int64(*s.LeaseTransitions)
 }
 
+func renewTimeOf(l *coordinationv1.Lease) time.Time {
+	if l == nil || l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
 func durationOf(l *coordinationv1.Lease) time.Duration {
 	if l == nil || l.Spec.LeaseDurationSeconds == nil {
 		return 0

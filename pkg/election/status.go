@@ -21,6 +21,8 @@ type snapshot struct {
 	validUntil  time.Time
 	withdrawn   string
 	outUntil    time.Time
+	collision   string
+	cannotLead  string
 }
 
 // Status is what the local API serves, evaluated at one instant.
@@ -55,6 +57,12 @@ type Status struct {
 	// says why) or during ReleaseFor's time out.
 	Candidate    bool
 	NotCandidate string
+	// CannotLead, when set, says why no token can be issued to any
+	// candidate (leaseTransitions exhausted) until an operator acts.
+	CannotLead string
+	// IdentityCollision, when set, says that another process wrote the
+	// Lease with this identity: identities must be unique.
+	IdentityCollision string
 }
 
 // publish stores the loop's state for readers. Called only by the loop.
@@ -78,6 +86,7 @@ func (e *Elector) publish() {
 		s.leaseUID = t.uid
 	}
 	s.withdrawn, s.outUntil = st.withdrawn, st.outUntil
+	s.collision, s.cannotLead = st.collision, st.cannotLead
 	if prev := e.snap.Swap(s); prev != nil && *prev == *s {
 		return
 	}
@@ -154,15 +163,17 @@ func (e *Elector) signalFlips(ctx context.Context) {
 func (e *Elector) Status() Status {
 	s := e.snap.Load()
 	st := Status{
-		Lease:            e.cfg.LeaseKey(),
-		Identity:         e.cfg.Identity,
-		Ready:            s.ready,
-		Holder:           s.holder,
-		LeaseTransitions: s.transitions,
-		LeaseUID:         s.leaseUID,
-		HoldsLease:       s.exists && s.holder == e.cfg.Identity,
-		LastToken:        s.lastToken,
-		NotCandidate:     s.withdrawn,
+		Lease:             e.cfg.LeaseKey(),
+		Identity:          e.cfg.Identity,
+		Ready:             s.ready,
+		Holder:            s.holder,
+		LeaseTransitions:  s.transitions,
+		LeaseUID:          s.leaseUID,
+		HoldsLease:        s.exists && s.holder == e.cfg.Identity,
+		LastToken:         s.lastToken,
+		NotCandidate:      s.withdrawn,
+		CannotLead:        s.cannotLead,
+		IdentityCollision: s.collision,
 	}
 	now := e.clock.Now()
 	if st.NotCandidate == "" && now.Before(s.outUntil) {

@@ -113,6 +113,7 @@ func TestLeaseDeletedDuringHandoffNeverIssuesATokenTwice(t *testing.T) {
 			f := api.stepped("f").seesStored()
 			b := api.stepped("b").seesStored()
 			before := api.lease()
+			api.waitOutFreeLease()
 			b.step()
 			wantCalls(t, api, "b takes the free Lease", "update")
 			if s := b.Status(); !s.IsLeader || s.Token != 6 {
@@ -150,6 +151,7 @@ func TestLeaseDeletedDuringHandoffNeverIssuesATokenTwice(t *testing.T) {
 func TestNewcomerNeverCreatesTheLeaseWhileAnOldLeaderMayServe(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 6))
 	a := api.stepped("a").seesStored()
+	api.waitOutFreeLease()
 	a.step()
 	wantCalls(t, api, "a takes the Lease", "update")
 	if a.Status().Token != 7 {
@@ -210,6 +212,7 @@ func TestExLeaderTakesBackItsRestoredLeaseAtOnce(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 5))
 	b := api.stepped("b").seesStored()
 	f := api.stepped("f").seesStored()
+	api.waitOutFreeLease()
 	b.step()
 	wantCalls(t, api, "b leads", "update")
 	api.catchUp(f)
@@ -235,6 +238,7 @@ func TestLeaderThatFindsItsLeaseRecreatedAsItsOwnRecordTakesItBackAtOnce(t *test
 	api := newFakeAPI(t, heldLease("", 5))
 	b := api.stepped("b").seesStored()
 	f := api.stepped("f").seesStored()
+	api.waitOutFreeLease()
 	b.step()
 	api.catchUp(f)
 	last := api.lease()
@@ -248,10 +252,11 @@ func TestLeaderThatFindsItsLeaseRecreatedAsItsOwnRecordTakesItBackAtOnce(t *test
 	wantCalls(t, api, "b's renew conflicts, b reads the Lease and takes it back at once", "update", "get", "update")
 	wantLeads(t, b, 7)
 	// The deletion event arrives late: it is about the old Lease.
+	notBefore := b.st.notBefore
 	b.seesDeleted(last)
 	wantLeads(t, b, 7)
-	if b.st.obs == nil || !b.st.notBefore.IsZero() {
-		t.Fatalf("the late deletion of the old Lease was applied: obs %v, notBefore %v", b.st.obs, b.st.notBefore)
+	if b.st.obs == nil || !b.st.notBefore.Equal(notBefore) {
+		t.Fatalf("the late deletion of the old Lease was applied: obs %v, notBefore %v (was %v)", b.st.obs, b.st.notBefore, notBefore)
 	}
 }
 
@@ -270,6 +275,7 @@ func TestFollowerRaisesALoweredCountKeepingTheHolder(t *testing.T) {
 func TestLeaderWhoseCountWasRaisedTakesAHigherToken(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	a := api.stepped("a").seesStored()
+	api.waitOutFreeLease()
 	a.step()
 	api.handEdit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(9)) })
 	api.catchUp(a)
@@ -335,6 +341,7 @@ func TestNoWriteStartsAfterTheContextEnds(t *testing.T) {
 func TestShutdownReleasesAnAcquireWhoseAnswerWasLost(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	c := api.stepped("c").seesStored()
+	api.waitOutFreeLease()
 	// The API server applies the acquire, but its answer never arrives.
 	lost := true
 	api.client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -367,6 +374,7 @@ func TestShutdownReleasesAnAcquireWhoseAnswerWasLost(t *testing.T) {
 func TestReleaseRetriesAfterAnEarlierReleaseFailed(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	a := api.stepped("a").seesStored()
+	api.waitOutFreeLease()
 	a.step()
 	api.calls()
 	api.fail("update", 1, apierrors.NewServiceUnavailable("down"))
