@@ -10,6 +10,20 @@
 // crashed previous holder), and a starting sidecar removes a stale label
 // from its own pod.
 //
+// The label is reconciled against the Pod as it is, not as remembered: the
+// labeler reads its own pod again at the start of every term of its own
+// (another leader may have removed the label meanwhile), after every failed
+// patch, and every ResyncPeriod (a label removed or added by hand); a
+// leader lists the other labelled pods again at every resync too. A pass
+// that adds the label checks, after the patch, that this pod still holds the
+// same term, and takes the label off again if not (a step-down during the
+// pass). When Run stops (after the election's release, at shutdown) it
+// removes the label from its own pod unless it still leads, within
+// StopTimeout. So a pod that holds no valid term carries the label for at
+// most ResyncPeriod plus one API call while its sidecar runs (a stray or
+// hand-added label) or until its sidecar stops (one that was leading),
+// except when the API server cannot be reached at all.
+//
 // Every write is a JSON merge patch of metadata.labels with this one key
 // (removal patches it to null); a pod that is gone (404) needs nothing.
 // Failed writes are retried with exponential back-off. The reconciler runs
@@ -52,6 +66,13 @@ const Value = "true"
 // RequestTimeout bounds each API call of the reconciler.
 const RequestTimeout = 5 * time.Second
 
+// DefaultResyncPeriod is how often Run reads its own pod again (and a
+// leader the other labelled pods), with no change of the election.
+const DefaultResyncPeriod = 30 * time.Second
+
+// DefaultStopTimeout bounds the removal of the label when Run stops.
+const DefaultStopTimeout = 2 * time.Second
+
 // DefaultBackoff is the retry back-off after a failed pass: 100ms doubling
 // to 5s, with 10% jitter. It restarts after a pass that succeeds.
 var DefaultBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 5 * time.Second}
@@ -75,7 +96,13 @@ type Config struct {
 	Key string
 	// Backoff between failed passes; zero means DefaultBackoff.
 	Backoff wait.Backoff
-	// Clock for the back-off timer; nil means the real one.
+	// ResyncPeriod between passes that read the pod(s) again with no change
+	// of the election; zero means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	// StopTimeout bounds the removal of this pod's label when Run stops;
+	// zero means DefaultStopTimeout.
+	StopTimeout time.Duration
+	// Clock for the back-off and resync timers; nil means the real one.
 	Clock clock.WithTicker
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -103,8 +130,11 @@ type Labeler struct {
 	// it owns the fields below.
 	sem chan struct{}
 	// self: whether our pod carries the label, as far as we know (nil:
-	// not known yet, the start).
+	// not known: the start, a failed patch, a resync; read it again).
 	self *bool
+	// selfTerm is the token of the term during which self was last read
+	// from the pod (0: none); a new term of ours reads it again.
+	selfTerm int64
 	// cleanedTerm is the token of the term for which the other pods'
 	// labels were removed (0: none yet).
 	cleanedTerm int64
@@ -125,6 +155,12 @@ func New(cfg Config) (*Labeler, error) {
 	}
 	if cfg.Backoff.Duration == 0 {
 		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = DefaultStopTimeout
 	}
 	l := &Labeler{
 		cfg:   cfg,
@@ -157,19 +193,24 @@ func New(cfg Config) (*Labeler, error) {
 }
 
 // Run reconciles the label with src's status until ctx ends: a pass at
-// start, after every change src reports, and again after a back-off while
-// a pass fails.
+// start, after every change src reports, every ResyncPeriod (reading the
+// pods again), and again after a back-off while a pass fails. When ctx ends
+// it removes the label from its own pod unless src says it still leads
+// (bounded by StopTimeout), and returns.
 func (l *Labeler) Run(ctx context.Context, src Source) {
 	backoff := l.cfg.Backoff
 	var (
 		timer clock.Timer
 		retry <-chan time.Time
 	)
+	resync := l.clock.NewTicker(l.cfg.ResyncPeriod)
+	defer resync.Stop()
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
+	defer l.stop(ctx, src)
 	for {
 		changed := src.Changed() // before Status: a change after this read closes it
 		err := l.sync(ctx, src.Status)
@@ -190,6 +231,51 @@ func (l *Labeler) Run(ctx context.Context, src Source) {
 			return
 		case <-changed:
 		case <-retry:
+		case <-resync.C():
+			l.forget()
+		}
+	}
+}
+
+// forget makes the next pass read the pods again.
+func (l *Labeler) forget() {
+	select {
+	case l.sem <- struct{}{}:
+	default:
+		return // a pass or BeforeRelease runs: it reads what it needs
+	}
+	l.self, l.cleanedTerm = nil, 0
+	<-l.sem
+}
+
+// stop removes the label from our pod when Run ends, unless src says we
+// still lead: read the pod, patch it if it carries the label, retrying until
+// StopTimeout.
+func (l *Labeler) stop(ctx context.Context, src Source) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.StopTimeout)
+	defer cancel()
+	select {
+	case l.sem <- struct{}{}:
+	case <-sctx.Done():
+		l.log.Warn("leader label: not removed at stop: a pass was still running")
+		return
+	}
+	defer func() { <-l.sem }()
+	backoff := wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 200 * time.Millisecond}
+	for {
+		if src.Status().IsLeader {
+			return
+		}
+		l.self = nil // as the pod is, not as remembered
+		err := l.setSelf(sctx, false)
+		if err == nil {
+			return
+		}
+		select {
+		case <-sctx.Done():
+			l.log.Warn("leader label: not removed at stop", "err", err)
+			return
+		case <-l.clock.After(backoff.Step()):
 		}
 	}
 }
@@ -213,12 +299,37 @@ func (l *Labeler) sync(ctx context.Context, status func() election.Status) error
 	// pass waited, the token has stopped and the label stays off.
 	st := status()
 	leading := st.IsLeader
+	if leading && st.Token != l.selfTerm {
+		// A new term of ours: another leader may have removed our label
+		// since we last looked (as a former leader's), or a removal of ours
+		// may have been lost: read the pod as it is.
+		l.self = nil
+	}
 	if leading && st.Token != l.cleanedTerm {
 		if err := l.removeFromOthers(ctx, st.Token); err != nil {
 			return err
 		}
 	}
-	return l.setSelf(ctx, leading)
+	if !leading {
+		return l.setSelf(ctx, false)
+	}
+	// The status may have changed during the calls above (a step-down whose
+	// BeforeRelease could not wait for this pass): check it again right
+	// before the add and right after it, and take the label off if this
+	// term is over.
+	if now := status(); !now.IsLeader || now.Token != st.Token {
+		return l.setSelf(ctx, false)
+	}
+	if err := l.setSelf(ctx, true); err != nil {
+		return err
+	}
+	l.selfTerm = st.Token
+	if now := status(); !now.IsLeader || now.Token != st.Token {
+		l.log.Info("leader label: the term ended during the pass; removing the label again")
+		l.selfTerm = 0
+		return l.setSelf(ctx, false)
+	}
+	return nil
 }
 
 // BeforeRelease removes the label from our pod; the election calls it after
@@ -278,6 +389,7 @@ func (l *Labeler) setSelf(ctx context.Context, want bool) error {
 		l.podGone()
 		return nil
 	case err != nil:
+		l.self = nil // it may or may not have been written: read it again
 		return err
 	}
 	l.self = &want
