@@ -13,16 +13,19 @@
 // The label is reconciled against the Pod as it is, not as remembered: the
 // labeler reads its own pod again at the start of every term of its own
 // (another leader may have removed the label meanwhile), after every failed
-// patch, and every ResyncPeriod (a label removed or added by hand); a
-// leader lists the other labelled pods again at every resync too. A pass
+// patch, and, while it leads, every ResyncPeriod, when it also lists the
+// other labelled pods again (a label removed from the leader or added to
+// another pod by hand). A pass
 // that adds the label checks, after the patch, that this pod still holds the
 // same term, and takes the label off again if not (a step-down during the
 // pass). When Run stops (after the election's release, at shutdown) it
 // removes the label from its own pod unless it still leads, within
-// StopTimeout. So a pod that holds no valid term carries the label for at
-// most ResyncPeriod plus one API call while its sidecar runs (a stray or
-// hand-added label) or until its sidecar stops (one that was leading),
-// except when the API server cannot be reached at all.
+// StopTimeout. So, while the API server answers: a leader's pod misses the
+// label for at most ResyncPeriod (plus the calls of one pass); a pod whose
+// term ended loses it within the back-off of its own failed removals, when
+// its sidecar stops, or at the next leader's first pass or resync; a label
+// added by hand to a pod that does not lead goes at the leader's next resync.
+// (The sidecar sets ResyncPeriod to its lease duration.)
 //
 // Every write is a JSON merge patch of metadata.labels with this one key
 // (removal patches it to null); a pod that is gone (404) needs nothing.
@@ -66,8 +69,8 @@ const Value = "true"
 // RequestTimeout bounds each API call of the reconciler.
 const RequestTimeout = 5 * time.Second
 
-// DefaultResyncPeriod is how often Run reads its own pod again (and a
-// leader the other labelled pods), with no change of the election.
+// DefaultResyncPeriod is how often Run, while it leads, reads its own pod
+// and lists the labelled pods again with no change of the election.
 const DefaultResyncPeriod = 30 * time.Second
 
 // DefaultStopTimeout bounds the removal of the label when Run stops.
@@ -96,8 +99,8 @@ type Config struct {
 	Key string
 	// Backoff between failed passes; zero means DefaultBackoff.
 	Backoff wait.Backoff
-	// ResyncPeriod between passes that read the pod(s) again with no change
-	// of the election; zero means DefaultResyncPeriod.
+	// ResyncPeriod between a leader's passes that read the pods again with
+	// no change of the election; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 	// StopTimeout bounds the removal of this pod's label when Run stops;
 	// zero means DefaultStopTimeout.

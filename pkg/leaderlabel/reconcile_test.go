@@ -123,17 +123,16 @@ func TestLabelIsAddedAgainWithinAResyncAfterAHandRemoval(t *testing.T) {
 	eventually(t, "pod-a labelled again after the resync", func() bool { return slices.Equal(a.labeled(), []string{"pod-a"}) })
 }
 
-// TestHandAddedLabelLeavesAFollowerWithinAResync: a label added by hand to
-// a pod that does not lead is removed after one resync period.
-func TestHandAddedLabelLeavesAFollowerWithinAResync(t *testing.T) {
-	a := newAPI(t, map[string]bool{"pod-a": false})
+// TestHandAddedLabelLeavesAFollowerAtTheLeadersResync: a label added by
+// hand to a pod that does not lead is removed at the leader's next resync.
+func TestHandAddedLabelLeavesAFollowerAtTheLeadersResync(t *testing.T) {
+	a := newAPI(t, map[string]bool{"pod-a": false, "pod-b": false})
 	clk := testingclock.NewFakeClock(t0)
-	src := newSource(follower("pod-b"))
-	runLabeler(t, a, src, clk)
-	eventually(t, "the first pass", func() bool { return len(a.calls()) > 0 })
-	handPatch(t, a, "pod-a", addBody)
+	runLabeler(t, a, newSource(leader(2)), clk)
+	eventually(t, "pod-a labelled", func() bool { return slices.Equal(a.labeled(), []string{"pod-a"}) })
+	handPatch(t, a, "pod-b", addBody)
 	clk.Step(30 * time.Second)
-	eventually(t, "the hand-added label removed", func() bool { return len(a.labeled()) == 0 })
+	eventually(t, "the hand-added label removed from pod-b", func() bool { return slices.Equal(a.labeled(), []string{"pod-a"}) })
 }
 
 // TestPassThatOutlastsBeforeReleaseLeavesNoLabel: a pass reads "leading",

@@ -12,8 +12,9 @@ import (
 // the removal when it stops.
 
 // Run reconciles the label with src's status until ctx ends: a pass at
-// start, after every change src reports, every ResyncPeriod (reading the
-// pods again), and again after a back-off while a pass fails. When ctx ends
+// start, after every change src reports, every ResyncPeriod while it leads
+// (reading its pod and listing the labelled pods again), and again after a
+// back-off while a pass fails. When ctx ends
 // it removes the label from its own pod unless src says it still leads
 // (bounded by StopTimeout), and returns.
 func (l *Labeler) Run(ctx context.Context, src Source) {
@@ -51,7 +52,9 @@ func (l *Labeler) Run(ctx context.Context, src Source) {
 		case <-changed:
 		case <-retry:
 		case <-resync.C():
-			l.forget()
+			if src.Status().IsLeader {
+				l.forget() // as the pods are: ours, and the others labelled
+			}
 		}
 	}
 }
