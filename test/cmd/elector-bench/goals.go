@@ -108,6 +108,9 @@ var (
 	// ours: ms from dial to the last close, +Inf when one stayed open.
 	goalIdleClosed = &Goal{Section: "idleconns", Metric: "silent connections closed by the server", Text: fmt.Sprintf("all, within %v", idleCloseLimit), Issue: 12,
 		Check: atMost(float64(idleCloseLimit / time.Millisecond))}
+	// 11. objfence
+	goalObjFenceP99 = &Goal{Section: "objfence", Metric: "ConfigMap update p99, with the fence policy − without", Text: "p99 delta ≤ 1 ms", Issue: 26,
+		Check: func(ours, base float64) bool { return ours-base <= 1 }}
 )
 
 // idleCloseLimit is when every silent connection must have been closed.
@@ -125,6 +128,7 @@ var goals = []*Goal{
 	goalPushP99, goalPushFanout,
 	goalLeasesRequests, goalLeasesStable, goalLeasesCPU, goalLeasesRSS, goalLeasesHandoff,
 	goalIdleP99, goalIdleRate, goalIdleClosed,
+	goalObjFenceP99,
 }
 
 // missedIf returns v, or +Inf when missed (a goal on v then fails).

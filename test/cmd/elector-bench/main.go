@@ -47,7 +47,7 @@ import (
 
 // allSections are the section keys in their numbered order, the order of
 // the report (they run in another order, to share time).
-var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push", "leases", "idleconns"}
+var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push", "leases", "idleconns", "objfence"}
 
 type options struct {
 	only           map[string]bool
@@ -461,6 +461,18 @@ func run(ctx context.Context, o *options) error {
 			idleClientConns, o.idleRate, o.idleConns, o.idleConns, idleSilentDuration(o.fixedDur), idleSettle, o.repeats, o.fixedDur), "no idle connections",
 		func(s *Section) error {
 			r, err := e.runIdleConns(ctx, o)
+			s.Data = r
+			if r != nil {
+				s.Rows = r.rows()
+			}
+			return err
+		})
+
+	section("objfence", "11. Kubernetes object fence: a ConfigMap update with and without the fence policy",
+		fmt.Sprintf("the control plane's kube-apiserver; config/fence's ValidatingAdmissionPolicy bound to one namespace; 1 writer, a closed loop of compare-and-swap updates of one labelled ConfigMap carrying the same (accepted) token, in that namespace (fenced) and in a namespace no binding selects (plain); %v per run, %d repeats interleaved after a 1 s warm-up of each (median and min–max shown); latency of one update, call to return",
+			o.fenceDuration, o.repeats), "no policy",
+		func(s *Section) error {
+			r, err := e.runObjFence(ctx, o)
 			s.Data = r
 			if r != nil {
 				s.Rows = r.rows()
