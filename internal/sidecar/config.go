@@ -67,6 +67,10 @@ type Config struct {
 	// usually run for the Lease (0: unknown).
 	ExpectedCandidates int
 
+	// ShutdownHandoff is --shutdown-handoff: after-validity or immediate
+	// (election.Config.ShutdownHandoff).
+	ShutdownHandoff string
+
 	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit on API
 	// server requests (--kube-api-qps, --kube-api-burst).
 	KubeAPIQPS   float64
@@ -125,6 +129,7 @@ var Flags = []flagSpec{
 	{"leader-label", "ELECTOR_LEADER_LABEL"},
 	{"lease-labels", "ELECTOR_LEASE_LABELS"},
 	{"expected-candidates", "ELECTOR_EXPECTED_CANDIDATES"},
+	{"shutdown-handoff", "ELECTOR_SHUTDOWN_HANDOFF"},
 	{"kube-api-qps", "ELECTOR_KUBE_API_QPS"},
 	{"kube-api-burst", "ELECTOR_KUBE_API_BURST"},
 }
@@ -155,6 +160,7 @@ func newFlagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.AppHealthSuccessThreshold, "app-health-success-threshold", apphealth.DefaultSuccessThreshold, "consecutive passed probes that make the app healthy (the pod campaigns)")
 	fs.StringVar(&c.LeaderLabel, "leader-label", "", "label key (e.g. "+leaderlabel.DefaultKey+") set to \"true\" on this pod (named by --identity, in the Lease namespace) while it leads, for a Service that routes to the leader (default: off)")
 	fs.StringVar(&c.LeaseLabels, "lease-labels", "", "labels of the Lease, key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing): set when this sidecar creates the Lease; its next write adds any the Lease lacks, and changes or removes none (default: none)")
+	fs.StringVar(&c.ShutdownHandoff, "shutdown-handoff", string(election.HandoffAfterValidity), "on SIGTERM a leader stops its token at once; after-validity: no other pod leads until every token answer already given to the app (expiresInMs) has run out, since nothing guarantees the app stopped using it; immediate: another pod may lead at once, for when the app has exited before the sidecar is stopped (a native sidecar). POST /release is always immediate")
 	fs.IntVar(&c.ExpectedCandidates, "expected-candidates", 0, "how many candidates usually run for this Lease (the replica count): after a release the followers spread their writes over a window sized for at least this many (3 or fewer write at once, 100 over ~1 s); 0: unknown (the Lease learns it from its handoffs)")
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "client-side limit on API server requests per second (sustained)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "client-side limit on API server requests in a burst above --kube-api-qps")
@@ -290,6 +296,7 @@ var electionFlags = map[string]string{
 	"clockSkewMargin":    "clock-skew-margin",
 	"leaseLabels":        "lease-labels",
 	"expectedCandidates": "expected-candidates",
+	"shutdownHandoff":    "shutdown-handoff",
 }
 
 // flagError words an election field error as one line naming its flag:
@@ -476,6 +483,7 @@ func (c *Config) ElectionConfig() election.Config {
 		ClockSkewMargin:    c.ClockSkewMargin,
 		LeaseLabels:        labels,
 		ExpectedCandidates: c.ExpectedCandidates,
+		ShutdownHandoff:    election.Handoff(c.ShutdownHandoff),
 	}
 }
 

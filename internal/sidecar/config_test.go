@@ -52,7 +52,7 @@ func TestParse(t *testing.T) {
 				RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond,
 				HTTPAddress: "127.0.0.1:4040", LogFormat: "text", LogLevel: "info",
 				AppHealthPeriod: 2 * time.Second, AppHealthTimeout: time.Second, AppHealthFailureThreshold: 3, AppHealthSuccessThreshold: 1,
-				KubeAPIQPS: 50, KubeAPIBurst: 100}
+				KubeAPIQPS: 50, KubeAPIBurst: 100, ShutdownHandoff: "after-validity"}
 			if *c != want {
 				t.Fatalf("got %+v\nwant %+v", *c, want)
 			}
@@ -76,14 +76,14 @@ func TestParse(t *testing.T) {
 			"ELECTOR_APP_HEALTH_URL": "http://localhost:8080/healthz", "ELECTOR_APP_HEALTH_PERIOD": "5s", "ELECTOR_APP_HEALTH_TIMEOUT": "3s",
 			"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "2", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD": "4",
 			"ELECTOR_LEADER_LABEL": "example.com/leader", "ELECTOR_LEASE_LABELS": "app.kubernetes.io/instance=billing",
-			"ELECTOR_KUBE_API_QPS": "2.5", "ELECTOR_KUBE_API_BURST": "7", "ELECTOR_EXPECTED_CANDIDATES": "5"},
+			"ELECTOR_KUBE_API_QPS": "2.5", "ELECTOR_KUBE_API_BURST": "7", "ELECTOR_EXPECTED_CANDIDATES": "5", "ELECTOR_SHUTDOWN_HANDOFF": "immediate"},
 			check: func(t *testing.T, c *Config) {
 				want := Config{LeaseName: "l", LeaseNamespace: "ns", Identity: "me", LeaseDuration: 3 * time.Second,
 					RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 100 * time.Millisecond,
 					HTTPAddress: "127.0.0.1:5050", HTTPEndpoint: ":9090", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
 					AppHealthURL: "http://localhost:8080/healthz", AppHealthPeriod: 5 * time.Second, AppHealthTimeout: 3 * time.Second,
 					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader",
-					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7, ExpectedCandidates: 5}
+					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7, ExpectedCandidates: 5, ShutdownHandoff: "immediate"}
 				if *c != want {
 					t.Fatalf("got %+v\nwant %+v", *c, want)
 				}
@@ -252,6 +252,12 @@ func TestParse(t *testing.T) {
 		}},
 		{name: "expected candidates negative", args: []string{"--lease-name=l", "--expected-candidates=-1"}, host: "h", wantErr: "--expected-candidates -1: must be between 0 (unknown) and 100000", exact: true, path: "expectedCandidates"},
 		{name: "expected candidates too many from env", args: []string{"--lease-name=l"}, env: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "100001"}, host: "h", wantErr: "--expected-candidates 100001: must be between 0 (unknown) and 100000", exact: true, path: "expectedCandidates"},
+		{name: "shutdown handoff reaches the election", args: []string{"--lease-name=l", "--shutdown-handoff=immediate"}, host: "h", check: func(t *testing.T, c *Config) {
+			if got := c.ElectionConfig().ShutdownHandoff; got != election.HandoffImmediate {
+				t.Fatalf("election ShutdownHandoff %q, want immediate", got)
+			}
+		}},
+		{name: "shutdown handoff unknown", args: []string{"--lease-name=l", "--shutdown-handoff=later"}, host: "h", wantErr: `--shutdown-handoff later: supported values: "after-validity", "immediate"`, exact: true, path: "shutdownHandoff"},
 		{name: "expected candidates not an integer", args: []string{"--lease-name=l", "--expected-candidates=three"}, host: "h", wantErr: `invalid value "three" for flag -expected-candidates`},
 		{name: "kube api burst not an integer", args: []string{"--lease-name=l", "--kube-api-burst=1.5"}, host: "h", wantErr: `invalid value "1.5" for flag -kube-api-burst`},
 	}

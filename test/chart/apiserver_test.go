@@ -675,6 +675,21 @@ func testGuardRejects(t *testing.T, c *cluster, ns, lease string) {
 	if err := retry(func() error { return patch(nil, "same") }); err != nil {
 		t.Errorf("UPDATE keeping leaseTransitions (a label): %v, want allowed", err)
 	}
+	// One write may raise the count by 10000 at most: MaxInt32 in one edit would exhaust every token.
+	err = retry(func() error { return patch(ptr.To[int32](2147483647), "exhaust") })
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may rise by at most 10000") {
+		t.Errorf("UPDATE raising leaseTransitions to 2147483647: %v, want Forbidden by the guard", err)
+	}
+	err = retry(func() error {
+		l, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return patch(ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0)+10000), "raise by 10000")
+	})
+	if err != nil {
+		t.Errorf("UPDATE raising leaseTransitions by 10000: %v, want allowed", err)
+	}
 
 	// The namespace controller's user may delete (dry run: keep the lease).
 	imp := rest.CopyConfig(c.cfg)

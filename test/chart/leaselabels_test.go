@@ -31,6 +31,9 @@ func TestLeaseLabelsAndKubeAPIValues(t *testing.T) {
 		{name: "expected candidates: the workload's replicas", want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "3"}},
 		{name: "expected candidates follow workload.replicas", set: []string{"workload.replicas=100"}, want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "100"}},
 		{name: "expected candidates unknown without replicas", set: []string{"workload.replicas=0"}, want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": ""}},
+		{name: "a native sidecar hands over at once on SIGTERM (the app has exited)", want: map[string]string{"ELECTOR_SHUTDOWN_HANDOFF": "immediate"}},
+		{name: "a plain container waits out the validity handed out", set: []string{"sidecar.native=false"}, want: map[string]string{"ELECTOR_SHUTDOWN_HANDOFF": "after-validity"}},
+		{name: "the shutdown handoff given wins", set: []string{"election.shutdownHandoff=after-validity"}, want: map[string]string{"ELECTOR_SHUTDOWN_HANDOFF": "after-validity"}},
 		{name: "expected candidates given win over the replicas", set: []string{"workload.replicas=5", "election.expectedCandidates=40"}, want: map[string]string{"ELECTOR_EXPECTED_CANDIDATES": "40"}},
 	}
 	for _, tt := range tests {

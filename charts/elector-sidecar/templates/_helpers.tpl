@@ -315,6 +315,8 @@ or else workload.replicas when the chart renders the workload.
   value: {{ .Values.sidecar.kubeAPIQPS | toString | quote }}
 - name: ELECTOR_KUBE_API_BURST
   value: {{ int64 .Values.sidecar.kubeAPIBurst | toString | quote }}
+- name: ELECTOR_SHUTDOWN_HANDOFF
+  value: {{ .Values.election.shutdownHandoff | default (ternary "immediate" "after-validity" .Values.sidecar.native) | quote }}
 {{- with include "elector-sidecar.expectedCandidates" . }}
 - name: ELECTOR_EXPECTED_CANDIDATES
   value: {{ . | quote }}
@@ -595,8 +597,11 @@ spec:
     - expression: "request.operation != 'DELETE' || variables.namespaceTerminating || variables.exemptUser"
       messageExpression: {{ printf "'lease ' + request.namespace + '/%s is guarded by elector-sidecar: deleting it resets spec.leaseTransitions (the fencing token) to 0, so stale leaders could write again. Delete the namespace, or remove ValidatingAdmissionPolicyBinding %s first.'" $lease $name | quote }}
       reason: Forbidden
-    - expression: "request.operation != 'UPDATE' || !has(oldObject.spec.leaseTransitions) || (has(object.spec.leaseTransitions) && object.spec.leaseTransitions >= oldObject.spec.leaseTransitions)"
+    - expression: "request.operation != 'UPDATE' || !has(oldObject.spec.leaseTransitions) || (has(object.spec.leaseTransitions) && object.spec.leaseTransitions >= oldObject.spec.leaseTransitions) || variables.exemptUser"
       messageExpression: {{ printf "'lease ' + request.namespace + '/%s is guarded by elector-sidecar: spec.leaseTransitions (the fencing token) must not decrease (from ' + string(oldObject.spec.leaseTransitions) + ' to ' + (has(object.spec.leaseTransitions) ? string(object.spec.leaseTransitions) : 'unset') + ')'" $lease | quote }}
+      reason: Forbidden
+    - expression: "request.operation != 'UPDATE' || !has(object.spec.leaseTransitions) || object.spec.leaseTransitions - (has(oldObject.spec.leaseTransitions) ? oldObject.spec.leaseTransitions : 0) <= 10000 || variables.exemptUser"
+      messageExpression: {{ printf "'lease ' + request.namespace + '/%s is guarded by elector-sidecar: spec.leaseTransitions (the fencing token) may rise by at most 10000 in one write (from ' + (has(oldObject.spec.leaseTransitions) ? string(oldObject.spec.leaseTransitions) : 'unset') + ' to ' + string(object.spec.leaseTransitions) + '): tokens end at 2147483647'" $lease | quote }}
       reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
