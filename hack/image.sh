@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the elector-sidecar container image as a tarball WITHOUT a container engine:
+# Builds the elector-sidecar container image (or, with IMAGE_KIND=demo, the elector-demo image: the
+# Dockerfile's `demo` target) as a tarball WITHOUT a container engine:
 # the same static binaries, user, workdir, environment, entrypoint and labels as the Dockerfile, on an
 # empty base plus what the Dockerfile's base (distroless/static-debian12:nonroot) gives the sidecar:
 # /etc/passwd and /etc/group with nonroot 65532, /etc/nsswitch.conf, /tmp (1777), /home/nonroot (0700,
@@ -11,17 +12,21 @@
 # Load it with:  docker load -i OUT  |  ctr images import OUT  |  kind load image-archive OUT
 #
 # Environment:
+#   IMAGE_KIND  sidecar (default: /elector-sidecar alone) or demo (/elector-demo, /go-worker and the chart's
+#             helm test /elector-chart-test; entrypoint /elector-demo)
+#   FORMAT    docker (default: the `docker save` format) or oci (an OCI image layout in one tar; `make release`)
 #   VERSION   image tag and pkg/version.Version (default: git describe --tags --always --dirty, else "dev")
 #   REVISION  org.opencontainers.image.revision label and pkg/version.Revision (elector_build_info's revision)
 #             (default: git rev-parse HEAD, else "unknown")
-#   IMAGE     image name (default: elector-sidecar); the tarball is tagged $IMAGE:$VERSION
-#   OUT       output tarball (default: _output/elector-sidecar-image.tar)
+#   IMAGE     image name (default: elector-sidecar, or elector-demo); the tarball is tagged $IMAGE:$VERSION
+#   OUT       output tarball (default: _output/elector-sidecar-image.tar, or _output/elector-demo-image.tar)
 #   GOARCH    target architecture (default: go env GOARCH)
 #   CA_CERTS  the CA bundle copied to /etc/ssl/certs/ca-certificates.crt
 #             (default: /etc/ssl/certs/ca-certificates.crt of the Debian ca-certificates package)
-#   IMAGE_BINARIES  space-separated "package:/path" pairs to build into the image
-#             (default: "./cmd/elector-sidecar:/elector-sidecar ./test/cmd/elector-demo:/elector-demo
-#             ./examples/go-worker:/go-worker"; the chart's demo.app runs /elector-demo or /go-worker)
+#   IMAGE_BINARIES  space-separated "package:/path" pairs to build into the image (default: by IMAGE_KIND,
+#             as the Dockerfile's stages copy them)
+#   BIN_DIR   where the binaries are built (default: _output/image/linux_$GOARCH)
+#   SOURCE_DATE_EPOCH  the image's creation time (default: the Unix epoch)
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -35,12 +40,30 @@ fi
 if [[ -z "${REVISION:-}" ]]; then
   REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 fi
-IMAGE="${IMAGE:-elector-sidecar}"
-OUT="${OUT:-_output/elector-sidecar-image.tar}"
+IMAGE_KIND="${IMAGE_KIND:-sidecar}"
+case "$IMAGE_KIND" in
+  sidecar)
+    title=elector-sidecar
+    description="Kubernetes leader-election sidecar with fencing tokens"
+    entrypoint=/elector-sidecar
+    default_binaries="./cmd/elector-sidecar:/elector-sidecar"
+    ;;
+  demo)
+    title=elector-demo
+    description="Demo apps and the helm test of elector-sidecar"
+    entrypoint=/elector-demo
+    default_binaries="./test/cmd/elector-demo:/elector-demo ./examples/go-worker:/go-worker ./test/cmd/elector-chart-test:/elector-chart-test"
+    ;;
+  *) die "IMAGE_KIND=$IMAGE_KIND: want sidecar or demo" ;;
+esac
+FORMAT="${FORMAT:-docker}"
+[[ $FORMAT == docker || $FORMAT == oci ]] || die "FORMAT=$FORMAT: want docker or oci"
+IMAGE="${IMAGE:-$title}"
+OUT="${OUT:-_output/$title-image.tar}"
 GOARCH="${GOARCH:-$(go env GOARCH)}"
-IMAGE_BINARIES="${IMAGE_BINARIES:-./cmd/elector-sidecar:/elector-sidecar ./test/cmd/elector-demo:/elector-demo ./examples/go-worker:/go-worker}"
+IMAGE_BINARIES="${IMAGE_BINARIES:-$default_binaries}"
 
-bindir="_output/image/linux_${GOARCH}"
+bindir="${BIN_DIR:-_output/image/linux_${GOARCH}}"
 etcdir="_output/image/etc"
 mkdir -p "$bindir" "$etcdir"
 
@@ -108,14 +131,16 @@ done
   --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
   --workdir /home/nonroot \
-  --entrypoint /elector-sidecar \
+  --entrypoint "$entrypoint" \
   --user 65532:65532 \
   --arch "$GOARCH" \
-  --label "org.opencontainers.image.title=elector-sidecar" \
-  --label "org.opencontainers.image.description=Kubernetes leader-election sidecar with fencing tokens" \
+  --label "org.opencontainers.image.title=$title" \
+  --label "org.opencontainers.image.description=$description" \
   --label "org.opencontainers.image.source=https://github.com/elector-sidecar/elector-sidecar" \
   --label "org.opencontainers.image.version=$VERSION" \
   --label "org.opencontainers.image.revision=$REVISION" \
+  --label "org.opencontainers.image.licenses=Apache-2.0" \
   --tag "$IMAGE:$VERSION" \
+  --format "$FORMAT" \
   --out "$OUT"
 log "wrote $OUT ($IMAGE:$VERSION, $(du -h "$OUT" | cut -f1))"

@@ -7,6 +7,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,8 +68,9 @@ func TestDockerfileLint(t *testing.T) {
 	}
 }
 
-// TestDockerfileShape: multi-stage, static build with the version ldflags, distroless nonroot final
-// stage, USER 65532:65532, the entrypoint and the labels hack/image.sh also sets.
+// TestDockerfileShape: multi-stage, static build with the version ldflags, a distroless nonroot `demo` stage
+// with the demo programs, and the sidecar image as the final (default) stage with the sidecar alone,
+// USER 65532:65532, the entrypoint and the labels hack/image.sh also sets.
 func TestDockerfileShape(t *testing.T) {
 	dt := readDockerfile(t)
 	ast, err := parser.Parse(strings.NewReader(string(dt)))
@@ -79,14 +81,32 @@ func TestDockerfileShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stages) != 2 {
-		t.Fatalf("%d stages, want 2 (build, final)", len(stages))
+	if len(stages) != 3 || stages[1].Name != "demo" {
+		t.Fatalf("%d stages, want 3 (build, demo, final)", len(stages))
+	}
+	final := stages[2]
+	copied := func(st instructions.Stage) string {
+		var srcs []string
+		for _, c := range st.Commands {
+			if c, ok := c.(*instructions.CopyCommand); ok {
+				srcs = append(srcs, c.SourcePaths...)
+			}
+		}
+		return strings.Join(srcs, " ")
+	}
+	if got := copied(final); got != "/out/elector-sidecar" {
+		t.Errorf("the sidecar image copies %q, want /out/elector-sidecar alone (the demo programs go in the demo image)", got)
+	}
+	if got := copied(stages[1]); got != "/out/elector-demo /out/go-worker /out/elector-chart-test" {
+		t.Errorf("the demo image copies %q", got)
 	}
 	if !strings.HasPrefix(stages[0].BaseName, "golang:1.26") {
 		t.Errorf("build stage from %q, want golang:1.26", stages[0].BaseName)
 	}
-	if stages[1].BaseName != "gcr.io/distroless/static-debian12:nonroot" {
-		t.Errorf("final stage from %q, want gcr.io/distroless/static-debian12:nonroot", stages[1].BaseName)
+	for _, st := range stages[1:] {
+		if !strings.HasPrefix(st.BaseName, "gcr.io/distroless/static-debian12:nonroot@") {
+			t.Errorf("stage %q from %q, want gcr.io/distroless/static-debian12:nonroot@sha256:...", st.Name, st.BaseName)
+		}
 	}
 	var run string
 	for _, c := range stages[0].Commands {
@@ -94,14 +114,14 @@ func TestDockerfileShape(t *testing.T) {
 			run += strings.Join(r.CmdLine, " ") + "\n"
 		}
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", ".:./cmd/elector-sidecar", "test:./cmd/elector-demo", ".:./examples/go-worker", `go -C "${mod}" build`} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", ".:./cmd/elector-sidecar", "test:./cmd/elector-demo", ".:./examples/go-worker", "test:./cmd/elector-chart-test", `go -C "${mod}" build`} {
 		if !strings.Contains(run, want) {
 			t.Errorf("build RUN does not contain %q:\n%s", want, run)
 		}
 	}
 	var user, entrypoint string
 	labels := map[string]string{}
-	for _, c := range stages[1].Commands {
+	for _, c := range final.Commands {
 		switch c := c.(type) {
 		case *instructions.UserCommand:
 			user = c.User
@@ -156,7 +176,7 @@ func TestDockerignore(t *testing.T) {
 		excluded bool
 	}{
 		{"go.mod", false}, {"go.sum", false}, {"cmd/elector-sidecar/main.go", false}, {"test/cmd/elector-demo/main.go", false},
-		{"test/go.mod", false}, {"test/go.sum", false}, {"test/framework/process.go", true}, {"test/cmd/elector-bench/main.go", true},
+		{"test/cmd/elector-chart-test/main.go", false}, {"test/go.mod", false}, {"test/go.sum", false}, {"test/framework/process.go", true}, {"test/cmd/elector-bench/main.go", true},
 		{"pkg/version/version.go", false}, {"internal/sidecar/run.go", false},
 		{".git/HEAD", true}, {"_output/elector-sidecar-image.tar", true}, {"bin/elector-sidecar", true},
 		{"charts/elector-sidecar/Chart.yaml", true}, {"test/chart/chart_test.go", true}, {"hack/tools/go.mod", true}, {"README.md", true},
@@ -168,5 +188,34 @@ func TestDockerignore(t *testing.T) {
 		if got != tt.excluded {
 			t.Errorf("%s: excluded=%v, want %v", tt.path, got, tt.excluded)
 		}
+	}
+}
+
+// TestDockerfilePinsEveryBaseImageByDigest: every FROM that names a registry image carries @sha256:<64 hex>, so
+// a rebuild of a release cannot silently pick up a moved tag.
+func TestDockerfilePinsEveryBaseImageByDigest(t *testing.T) {
+	res, err := parser.Parse(strings.NewReader(string(readDockerfile(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages, _, err := instructions.Parse(res.AST, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	n := 0
+	for _, st := range stages {
+		base := st.BaseName
+		if !names[base] && base != "scratch" {
+			n++
+			_, dgst, ok := strings.Cut(base, "@")
+			if !ok || !regexp.MustCompile(`^sha256:[0-9a-f]{64}$`).MatchString(dgst) {
+				t.Errorf("FROM %s (stage %q): not pinned by digest (NAME:TAG@sha256:...)", base, st.Name)
+			}
+		}
+		names[st.Name] = true
+	}
+	if n < 2 {
+		t.Errorf("checked %d base images, want the build and the runtime base at least", n)
 	}
 }

@@ -210,6 +210,8 @@ func evalFinalStage(st instructions.Stage, buildArgs, global map[string]string, 
 	if err != nil {
 		return err
 	}
+	// A base pinned by digest (NAME:TAG@sha256:...) provides what NAME:TAG does.
+	baseName, _, _ = strings.Cut(baseName, "@")
 	base, ok := Bases[baseName]
 	if !ok {
 		known := make([]string, 0, len(Bases))
