@@ -111,6 +111,8 @@ func leaderETag(s *election.Status, app appState, releases int64) string {
 		}
 	}
 	h = fnvString(h, nc)
+	h = fnvString(h, s.CannotLead)
+	h = fnvString(h, s.IdentityCollision)
 	b = strconv.AppendUint(b, h, 36)
 	b = append(b, '"')
 	return string(b)

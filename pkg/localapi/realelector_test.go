@@ -117,7 +117,13 @@ func (f *fakeAPI) run(t *testing.T, id string) *election.Elector {
 func TestWatchOnTheRealElectorSaysNotLeaderWhenTheTokenRunsOut(t *testing.T) {
 	api := newFakeAPI()
 	a := api.run(t, "a")
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	// A free Lease found at start is taken once it expires on a's clock.
+	eventually(t, "a leads", func() bool {
+		if !a.Status().IsLeader {
+			api.clock.Step(50 * time.Millisecond)
+		}
+		return a.Status().IsLeader
+	})
 	h := NewHandler(a, nil, WithClock(testingclock.NewFakeClock(t0)))
 	url, client := serve(t, h)
 	s := openWatch(t, client, url, nil)
@@ -166,7 +172,13 @@ func TestWatchOnTheRealElectorSaysNotLeaderWhenTheTokenRunsOut(t *testing.T) {
 func TestLongPollOnTheRealElectorReturnsOnAHandoff(t *testing.T) {
 	api := newFakeAPI()
 	a := api.run(t, "a")
-	eventually(t, "a leads", func() bool { return a.Status().IsLeader })
+	// A free Lease found at start is taken once it expires on a's clock.
+	eventually(t, "a leads", func() bool {
+		if !a.Status().IsLeader {
+			api.clock.Step(50 * time.Millisecond)
+		}
+		return a.Status().IsLeader
+	})
 	b := api.run(t, "b")
 	eventually(t, "b sees a", func() bool { return b.Status().Holder == "a" })
 	ha, hb := NewHandler(a, nil), NewHandler(b, nil, WithClock(testingclock.NewFakeClock(t0)))

@@ -33,6 +33,12 @@ type LeaderResponse struct {
 	// down).
 	Candidate    bool   `json:"candidate"`
 	NotCandidate string `json:"notCandidate,omitempty"`
+	// CannotLead, when present, says why no token can be issued to any
+	// candidate until an operator acts (leaseTransitions exhausted).
+	CannotLead string `json:"cannotLead,omitempty"`
+	// IdentityCollision, when present, says that another process wrote
+	// the Lease with this pod's identity: identities must be unique.
+	IdentityCollision string `json:"identityCollision,omitempty"`
 	// AppHealthy is present only when the sidecar probes the app
 	// (--app-health-url): the app's health as last judged.
 	AppHealthy *bool `json:"appHealthy,omitempty"`
@@ -90,14 +96,16 @@ var (
 // newLeaderResponse is the /leader body for s and the app's health.
 func newLeaderResponse(s *election.Status, app appState) LeaderResponse {
 	r := LeaderResponse{
-		IsLeader:         s.IsLeader,
-		Holder:           s.Holder,
-		Identity:         s.Identity,
-		Lease:            s.Lease,
-		LeaseTransitions: s.LeaseTransitions,
-		Ready:            s.Ready,
-		Candidate:        s.Candidate,
-		NotCandidate:     s.NotCandidate,
+		IsLeader:          s.IsLeader,
+		Holder:            s.Holder,
+		Identity:          s.Identity,
+		Lease:             s.Lease,
+		LeaseTransitions:  s.LeaseTransitions,
+		Ready:             s.Ready,
+		Candidate:         s.Candidate,
+		NotCandidate:      s.NotCandidate,
+		CannotLead:        s.CannotLead,
+		IdentityCollision: s.IdentityCollision,
 	}
 	switch app {
 	case appHealthy:
@@ -135,6 +143,14 @@ func (r *LeaderResponse) appendJSON(b []byte) []byte {
 	if r.NotCandidate != "" {
 		b = append(b, `,"notCandidate":`...)
 		b = appendString(b, r.NotCandidate)
+	}
+	if r.CannotLead != "" {
+		b = append(b, `,"cannotLead":`...)
+		b = appendString(b, r.CannotLead)
+	}
+	if r.IdentityCollision != "" {
+		b = append(b, `,"identityCollision":`...)
+		b = appendString(b, r.IdentityCollision)
 	}
 	if r.AppHealthy != nil {
 		b = append(b, `,"appHealthy":`...)

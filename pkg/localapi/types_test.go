@@ -96,6 +96,10 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 	neg := following
 	neg.LeaseTransitions = -1 << 63
 	statuses = append(statuses, neg)
+	stuck := following
+	stuck.CannotLead = "leaseTransitions is 2147483647, the largest fencing token"
+	stuck.IdentityCollision = "another process with identity \"pod-a\" wrote the lease"
+	statuses = append(statuses, stuck)
 
 	for i, s := range statuses {
 		el := &fakeElector{status: s, alive: true}
@@ -149,7 +153,8 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 // source), spelled out from the README.
 func leaderWant(s election.Status, app *bool) LeaderResponse {
 	r := LeaderResponse{IsLeader: s.IsLeader, Holder: s.Holder, Identity: s.Identity, Lease: s.Lease,
-		LeaseTransitions: s.LeaseTransitions, Ready: s.Ready, Candidate: s.Candidate, NotCandidate: s.NotCandidate, AppHealthy: app}
+		LeaseTransitions: s.LeaseTransitions, Ready: s.Ready, Candidate: s.Candidate, NotCandidate: s.NotCandidate, AppHealthy: app,
+		CannotLead: s.CannotLead, IdentityCollision: s.IdentityCollision}
 	if s.IsLeader {
 		r.Token, r.ExpiresInMs = s.Token, s.ExpiresIn.Milliseconds()
 	}
@@ -166,6 +171,7 @@ func TestEncodersRoundTripTable(t *testing.T) {
 	for _, s := range awkward {
 		checkRoundTrip(t, LeaderResponse{IsLeader: true, Holder: s, Identity: s, Lease: s, LeaseTransitions: 3, Ready: true, Candidate: true, AppHealthy: &boolTrue, Token: 3, ExpiresInMs: 1})
 		checkRoundTrip(t, LeaderResponse{Holder: s, LeaseTransitions: -1, NotCandidate: s, AppHealthy: &boolFalse, Token: -5})
+		checkRoundTrip(t, LeaderResponse{Holder: s, CannotLead: s, IdentityCollision: s})
 		checkRoundTrip(t, TokenResponse{Token: -1, Lease: s, LeaseUID: s, ExpiresInMs: -1 << 63})
 		checkRoundTrip(t, ErrorResponse{Error: s})
 		checkRoundTrip(t, NotLeaderResponse{Error: s, Holder: s})
