@@ -131,7 +131,7 @@ API server unreachable), 2 bad flags or arguments.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newStatusCommand(streams, flags, deps), newWatchCommand(streams, flags, deps))
+	root.AddCommand(newStatusCommand(streams, flags, deps), newWatchCommand(streams, flags, deps), newVersionCommand(streams))
 	return root
 }
 
