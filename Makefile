@@ -48,8 +48,17 @@ build: ## Build bin/elector-sidecar, bin/elector-demo (static, as in the Dockerf
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o bin/kubectl-elector ./cmd/kubectl-elector
 
 .PHONY: image
-image: ## Build the image as a tarball without Docker: _output/elector-sidecar-image.tar (hack/image.sh).
+image: ## Build the sidecar image as a tarball without Docker: _output/elector-sidecar-image.tar (hack/image.sh).
 	VERSION=$(VERSION) REVISION=$(REVISION) hack/image.sh
+
+.PHONY: image-demo
+image-demo: ## Build the demo image (demo apps, helm test) without Docker: _output/elector-demo-image.tar.
+	IMAGE_KIND=demo VERSION=$(VERSION) REVISION=$(REVISION) hack/image.sh
+
+.PHONY: release
+release: ## VERSION=X.Y.Z: reproducible linux/amd64+arm64 binaries, OCI images, chart, SBOMs, SHA256SUMS in _output/release/X.Y.Z (hack/release.sh).
+	@[[ "$(origin VERSION)" == command line || "$(origin VERSION)" == environment ]] || { echo "make release: set VERSION=X.Y.Z" >&2; exit 2; }
+	VERSION=$(VERSION) hack/release.sh
 
 .PHONY: tools
 tools: ## Build kube-apiserver, kubectl, etcd and helm into the cache (hack/build-binaries.sh).
