@@ -233,29 +233,56 @@ func (c *stepped) step() time.Time {
 	return wake
 }
 
-// tokenLog checks the fencing token's one promise across candidates: a
-// token value is served by one process only, and valid tokens never
-// overlap in time.
+// tokenLog checks the fencing token's promises across candidates on the
+// shared fake clock: a token value is served by one process only (a
+// process is one incarnation: twins are two), valid tokens never overlap,
+// and no process serves a token while an answer another process gave its
+// app still claims validity (expiresInMs), unless that app gave it back.
 type tokenLog struct {
-	t     *testing.T
-	owner map[int64]string
+	t      *testing.T
+	owner  map[int64]string
+	claims map[string]claim // by process: its latest answer's claim
 }
 
-func newTokenLog(t *testing.T) *tokenLog { return &tokenLog{t: t, owner: map[int64]string{}} }
+// claim is the latest token answer a process handed its app.
+type claim struct {
+	name  string
+	token int64
+	until time.Time
+}
+
+func newTokenLog(t *testing.T) *tokenLog {
+	return &tokenLog{t: t, owner: map[int64]string{}, claims: map[string]claim{}}
+}
+
+// processOf names a candidate's process: its identity and incarnation.
+func processOf(c *stepped) string { return c.cfg.Identity + "#" + c.st.incarnation }
+
+// gaveBack: c's app gave its token back (POST /release) or has exited:
+// its answers no longer claim anything.
+func (l *tokenLog) gaveBack(c *stepped) { delete(l.claims, processOf(c)) }
 
 func (l *tokenLog) check(cands ...*stepped) {
 	l.t.Helper()
 	var leaders []string
+	now := cands[0].clock.Now()
 	for _, c := range cands {
 		s := c.Status()
 		if !s.IsLeader {
 			continue
 		}
+		p := processOf(c)
 		leaders = append(leaders, fmt.Sprintf("%s(token %d, uid %s)", s.Identity, s.Token, s.LeaseUID))
-		if o, ok := l.owner[s.Token]; ok && o != s.Identity {
-			l.t.Fatalf("token %d served by %s and by %s", s.Token, o, s.Identity)
+		if o, ok := l.owner[s.Token]; ok && o != p {
+			l.t.Fatalf("token %d served by %s and by %s", s.Token, o, p)
 		}
-		l.owner[s.Token] = s.Identity
+		l.owner[s.Token] = p
+		for q, cl := range l.claims {
+			if q != p && now.Before(cl.until) {
+				l.t.Fatalf("%s serves token %d while %s's answer (token %d) claims validity for %v more", p, s.Token, cl.name, cl.token, cl.until.Sub(now))
+			}
+		}
+		l.claims[p] = claim{name: p, token: s.Token, until: now.Add(s.ExpiresIn)}
 	}
 	if len(leaders) > 1 {
 		l.t.Fatalf("two valid tokens at once: %v", leaders)
