@@ -224,7 +224,6 @@ type simResult struct {
 	hash  uint64
 	err   error
 	trace string
-	live  string
 }
 
 func runSimSeed(seed uint64, forced string, keepTrace bool) simResult {

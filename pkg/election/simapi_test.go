@@ -133,12 +133,14 @@ func (s *simServer) applyPending() {
 	s.pending = keep
 	for _, p := range due {
 		var err error
+		what := "late-update"
 		if p.create {
+			what = "late-create"
 			_, err = s.create(p.writer, p.lease, p.writer.name)
 		} else {
 			_, err = s.update(p.lease, p.writer.name)
 		}
-		s.w.tracef(p.writer, "late-"+map[bool]string{true: "create", false: "update"}[p.create], "%s", errWord(err))
+		s.w.tracef(p.writer, what, "%s", errWord(err))
 	}
 }
 
