@@ -103,9 +103,9 @@ start_prebuild() {
   # session (setsid): with the kernel's autogroup scheduling, a new session gets an equal share of the
   # CPU whatever its nice value.
   set -m
-  # shellcheck disable=SC2016 # expanded by the inner bash
   # Each step starts at nice 19 again: a tier that waits for a step raises that step's priority (see
   # hack/build-binaries.sh), and the next step must not keep it.
+  # shellcheck disable=SC2016 # expanded by the inner bash
   nice -n 19 bash -c 'set -o errexit; for s in "$@"; do
       renice -n 19 -p $$ >/dev/null 2>&1 || true
       if [[ $s == cluster ]]; then a=(--cluster); else a=(); fi
