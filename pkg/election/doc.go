@@ -49,6 +49,12 @@
 // that has seen a higher leaseTransitions than the Lease shows writes it
 // back, keeping the holder), and back-off after failed writes (retryAt).
 //
+// The record beyond the spec (record.go): each process writes its random
+// incarnation with every acquire and renew, and a term is its own only if
+// the Lease carries it; a release records the releasing process, its token
+// and the validity its app still holds (0 when the app gave the token
+// back); an operator's reset of the count is an annotation too.
+//
 // The safety rules decide enforces:
 //   - no acquisition (create or update) before notBefore: one lease duration
 //     after a deletion was observed (the longer of ours and the deleted
@@ -57,5 +63,11 @@
 //     serve its token that long;
 //   - a held Lease is taken only after max(our leaseDuration, its
 //     leaseDurationSeconds) without a change observed on our own clock;
+//   - a free Lease is taken before that only when we saw it replace the
+//     term its release record names (same UID, process and count), and then
+//     no earlier than the validity the record says the app still holds;
+//     any other free Lease is waited out like a held one;
+//   - a Lease seen with a new UID waits like a deletion; a deletion learned
+//     from a relist raises the count past acquisitions we may not have seen;
 //   - a token is never issued below the highest leaseTransitions seen.
 package election
