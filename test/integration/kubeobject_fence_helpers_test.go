@@ -129,7 +129,16 @@ func renderFence(t *testing.T, ns, lease string, set ...string) []*unstructured.
 	if err != nil {
 		t.Fatalf("render the chart's fence: %v", err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(rel.(*release.Release).Manifest), 4096)
+	var manifest string
+	switch r := rel.(type) {
+	case *release.Release:
+		manifest = r.Manifest
+	case release.Release:
+		manifest = r.Manifest
+	default:
+		t.Fatalf("unexpected release type %T", rel)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
 	var out []*unstructured.Unstructured
 	for {
 		var m map[string]any
