@@ -6,7 +6,7 @@
 //
 // Sections (select with --only, comma-separated):
 //
-//	handoff    graceful handoff: leader SIGTERMed (both) or POST /release (ours) -> next leader
+//	handoff    graceful handoff: leader SIGTERMed (both; ours with --shutdown-handoff=immediate, as a native sidecar runs) or POST /release (ours) -> next leader
 //	failover   crash failover: leader SIGKILLed -> next leader, minus leaseDuration
 //	api        apiserver Lease requests by verb: an idle follower, a leader
 //	localapi   /leader and /token throughput and latency vs a bare net/http handler
@@ -345,7 +345,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	section("handoff", "1. Graceful handoff: leader leaves -> next candidate has acquired the Lease",
-		fmt.Sprintf("%d candidates on one Lease, timings %s for both, client-go with ReleaseOnCancel, ours with --expected-candidates=%[1]d (as the chart sets it from its replicas); %[3]d trials per series; leader SIGTERMed (both) or POST /release (ours); the old leader is replaced by a new process each trial; end = the new leader logs its successful acquiring write",
+		fmt.Sprintf("%d candidates on one Lease, timings %s for both, client-go with ReleaseOnCancel, ours with --expected-candidates=%[1]d (as the chart sets it from its replicas); %[3]d trials per series; leader SIGTERMed (both; ours with --shutdown-handoff=immediate, as a native sidecar runs) or POST /release (ours); the old leader is replaced by a new process each trial; end = the new leader logs its successful acquiring write",
 			o.candidates, fmtTimings(handoffT), o.trials), "client-go",
 		func(s *Section) error {
 			handoff = map[string]*TrialsResult{}
