@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # golangci-lint on every Go module of the repo (`make lint`; hack/verify.sh runs it too), with the
 # repo's .golangci.yml. The linter is built once from the Go module proxy into the cache
-# ($ELECTOR_CACHE/tools/golangci-lint-<version>; a few minutes cold) and reused after that.
+# ($ELECTOR_CACHE/tools/golangci-lint-<version>; cold, ~300 s of CPU: ~3 min on 2 cores) and reused after that.
 #
 #   hack/golangci-lint.sh              lint every module
 #   hack/golangci-lint.sh --install    only build the linter and print its path
