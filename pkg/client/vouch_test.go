@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,7 +43,13 @@ func TestWatchGivesASlowFnOnlyTheNewestState(t *testing.T) {
 	}()
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
-	defer func() { free(); cancel(); <-done }()
+	defer func() {
+		free()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v, want context.Canceled", err)
+		}
+	}()
 	if s := <-got; s.Holder != "pod-b" {
 		t.Fatalf("first state %+v, want pod-b leading", s)
 	}

@@ -46,7 +46,7 @@ func TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_, _ = conn.Write([]byte("GET /watch HTTP/1.1\r\nHost: x\r\n\r\n"))
 	br := bufio.NewReader(conn)
 	readData := func() LeaderResponse {
