@@ -245,13 +245,19 @@ func (w *worker) job(ctx context.Context) {
 
 // follow keeps w.leading up to date from the sidecar (GET /watch; pkg/client
 // reconnects with Last-Event-ID, and long-polls a sidecar without /watch).
+// Watch gives only the newest state, and an unknown state (not leading) once
+// the last isLeader:true's expiresInMs has run out with no word from the
+// sidecar, so w.leading is never true past what the sidecar vouched for.
 func (w *worker) follow(ctx context.Context) {
 	_ = w.sidecar.Watch(ctx, func(st localapi.LeaderResponse) {
 		if was := w.leading.Swap(st.IsLeader); was != st.IsLeader || !w.heard {
 			w.heard = true
-			if st.IsLeader {
+			switch {
+			case st.IsLeader:
 				log.Printf("leading: token=%d", st.Token)
-			} else {
+			case client.IsUnknown(st):
+				log.Printf("not leading: the sidecar has not vouched for the term in time")
+			default:
 				log.Printf("not leading: holder=%q", st.Holder)
 			}
 		}
