@@ -57,7 +57,7 @@ image-demo: ## Build the demo image (demo apps, helm test) without Docker: _outp
 
 .PHONY: release
 release: ## VERSION=X.Y.Z: reproducible linux/amd64+arm64 binaries, OCI images, chart, SBOMs, SHA256SUMS in _output/release/X.Y.Z (hack/release.sh).
-	@[[ "$(origin VERSION)" == command line || "$(origin VERSION)" == environment ]] || { echo "make release: set VERSION=X.Y.Z" >&2; exit 2; }
+	@[ -n "$(filter command environment,$(origin VERSION))" ] || { echo "make release: set VERSION=X.Y.Z" >&2; exit 2; }
 	VERSION=$(VERSION) hack/release.sh
 
 .PHONY: tools

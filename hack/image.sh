@@ -64,6 +64,7 @@ GOARCH="${GOARCH:-$(go env GOARCH)}"
 IMAGE_BINARIES="${IMAGE_BINARIES:-$default_binaries}"
 
 bindir="${BIN_DIR:-_output/image/linux_${GOARCH}}"
+[[ $bindir == /* ]] || bindir="$ELECTOR_ROOT/$bindir"
 etcdir="_output/image/etc"
 mkdir -p "$bindir" "$etcdir"
 
@@ -113,7 +114,7 @@ for pair in $IMAGE_BINARIES; do
   fi
   CGO_ENABLED=0 GOOS=linux GOARCH="$GOARCH" go -C "$moddir" build -trimpath \
     -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$VERSION -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=$REVISION" \
-    -o "$ELECTOR_ROOT/$out" "$pkg"
+    -o "$out" "$pkg"
   file_args+=(--file "$out:$dst:0755")
 done
 
