@@ -49,6 +49,8 @@ type suiteConfig struct {
 	chart      string
 	imageRepo  string
 	imageTag   string
+	demoRepo   string // the demo image (demo apps and the helm test program)
+	demoTag    string
 	pullPolicy string
 	restConfig *rest.Config
 	cs         kubernetes.Interface
@@ -83,6 +85,12 @@ func loadSuiteConfig() (*suiteConfig, error) {
 		return nil, fmt.Errorf("ELECTOR_E2E_IMAGE %q: want REPOSITORY:TAG", image)
 	}
 	c.imageRepo, c.imageTag = image[:i], image[i+1:]
+	demo := os.Getenv("ELECTOR_E2E_DEMO_IMAGE")
+	j := strings.LastIndex(demo, ":")
+	if j <= 0 || strings.Contains(demo[j:], "/") || strings.Contains(demo, "@") {
+		return nil, fmt.Errorf("ELECTOR_E2E_DEMO_IMAGE %q: want the demo image under test as REPOSITORY:TAG, loaded on the nodes (hack/e2e.sh sets it)", demo)
+	}
+	c.demoRepo, c.demoTag = demo[:j], demo[j+1:]
 	c.pullPolicy = envOr("ELECTOR_E2E_PULL_POLICY", "Never")
 
 	chart := os.Getenv("ELECTOR_E2E_CHART")
@@ -93,7 +101,12 @@ func loadSuiteConfig() (*suiteConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(abs, "Chart.yaml")); err != nil {
+	// A chart directory, or a packaged chart (.tgz, as `make release` writes it).
+	if strings.HasSuffix(abs, ".tgz") {
+		if _, err := os.Stat(abs); err != nil {
+			return nil, fmt.Errorf("chart %s: %w (set ELECTOR_E2E_CHART)", abs, err)
+		}
+	} else if _, err := os.Stat(filepath.Join(abs, "Chart.yaml")); err != nil {
 		return nil, fmt.Errorf("chart %s: %w (set ELECTOR_E2E_CHART)", abs, err)
 	}
 	c.chart = abs
@@ -130,8 +143,8 @@ func loadSuiteConfig() (*suiteConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("e2e: cluster %s (KUBECONFIG=%s), image %s (pull policy %s), chart %s, kubectl %s, helm %s\n",
-		v, c.kubeconfig, image, c.pullPolicy, c.chart, c.kubectl, c.helm)
+	fmt.Printf("e2e: cluster %s (KUBECONFIG=%s), image %s, demo image %s (pull policy %s), chart %s, kubectl %s, helm %s\n",
+		v, c.kubeconfig, image, demo, c.pullPolicy, c.chart, c.kubectl, c.helm)
 	return c, nil
 }
 

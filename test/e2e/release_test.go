@@ -77,12 +77,10 @@ workload:
 sidecar:
   logFormat: json
   logLevel: %s
-demo:
-  interval: 500ms
-leaseGuard:
+%sleaseGuard:
   enabled: true
 `, suite.imageRepo, suite.imageTag, suite.pullPolicy, leaseDuration, renewDeadline, retryPeriod, clockSkewMargin, replicas,
-		envOr("ELECTOR_E2E_LOG_LEVEL", "info"))
+		envOr("ELECTOR_E2E_LOG_LEVEL", "info"), demoValues())
 	if err := os.WriteFile(r.values, []byte(values), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -434,4 +432,9 @@ func tail(s string, n int) string {
 // stableLeader; new code calls framework.Poll.
 func poll(interval, timeout time.Duration, f func(ctx context.Context) (bool, error)) error {
 	return framework.Poll(context.Background(), interval, timeout, f)
+}
+
+// demoValues is the demo block of newRelease's values: the demo app from the demo image under test.
+func demoValues() string {
+	return fmt.Sprintf("demo:\n  interval: 500ms\n  image: {repository: %q, tag: %q}\n", suite.demoRepo, suite.demoTag)
 }

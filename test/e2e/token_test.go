@@ -37,7 +37,7 @@ func TestOnlyTheSidecarHoldsTheServiceAccountTokenAndIsProbedOverHTTP(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	const demo = "demo:\n  interval: 500ms\n"
+	demo := demoValues()
 	if !strings.Contains(string(b), demo) {
 		t.Fatalf("newRelease's values changed: no %q in\n%s", demo, b)
 	}
@@ -49,7 +49,7 @@ app:
     tag: %q
     pullPolicy: %s
   command: ["/elector-demo", "store", "--listen", "127.0.0.1:7070"]
-`, suite.imageRepo, suite.imageTag, suite.pullPolicy)
+`, suite.demoRepo, suite.demoTag, suite.pullPolicy)
 	if err := os.WriteFile(r.values, []byte(strings.Replace(string(b), demo, ownApp, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
