@@ -38,6 +38,9 @@ import (
 // now; streams and long-polls that arrive later get the same at once.
 // NewServer's server calls it when it shuts down. Idempotent.
 func (h *Handler) CloseStreams() {
+	if h.closing == nil {
+		return // Diagnostics or MetricsOnly: no streams
+	}
 	h.closeOnce.Do(func() { close(h.closing) })
 }
 

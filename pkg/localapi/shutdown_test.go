@@ -172,3 +172,17 @@ func TestETagChangesWhenAReleaseForIsExtended(t *testing.T) {
 		t.Errorf("a conditional GET with the old ETag got %d, want 200", rec.Code)
 	}
 }
+
+// TestShutdownOfTheDiagnosticsAndMetricsServers: their handlers serve no
+// streams; their servers shut down cleanly.
+func TestShutdownOfTheDiagnosticsAndMetricsServers(t *testing.T) {
+	h := NewHandler(&fakeElector{status: following, alive: true}, http.NotFoundHandler())
+	for _, hh := range []http.Handler{h.Diagnostics(), MetricsOnly(http.NotFoundHandler())} {
+		srv := NewServer("127.0.0.1:0", hh)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		cancel()
+	}
+}
