@@ -7,6 +7,19 @@
 // a body over MaxRequestBodyBytes is 413.
 // /token is served only while this process leads and its token is safe; see
 // package election.
+//
+// A slow /watch reader: each change the stream's handler sees is written at
+// once (changes it sees together are merged into one event with the latest
+// state), so a reader that pauses finds every event written meanwhile queued
+// in the socket buffers, oldest first, the latest last; only once those are
+// full are further changes merged, and a reader that takes no write within
+// the stream write timeout is dropped. An event's expiresInMs was true when
+// it was written. A lost stream: Shutdown of NewServer's server ends every
+// stream after its latest state and answers every waiting long-poll
+// (CloseStreams); a stream that stalls or drops otherwise says nothing more,
+// so a reader holds an isLeader:true for its expiresInMs from when it read
+// it, and no longer (pkg/client's Watch does this, and reads all that is
+// queued before it calls back).
 package localapi
 
 import (
