@@ -100,6 +100,10 @@ e2e-kind: ## On a Docker host: the e2e suite in a kind cluster (hack/e2e-kind.sh
 chaos: ## Chaos soak (not in CI): 5 candidates, random kills/pauses/restarts; DURATION=2m STORE=memory|postgres|redis (hack/chaos.sh).
 	STORE=$(STORE) hack/chaos.sh $(DURATION)
 
+.PHONY: sim
+sim: ## The election's deterministic simulator: random seeds until DURATION (default 2m) is up; a failure prints its seed and replay command (docs/simulation.md).
+	go test -count=1 -timeout 0 -v -run '^TestSimulation$$' ./pkg/election -sim.duration=$(DURATION)
+
 .PHONY: bench
 bench: ## Benchmarks, ours vs client-go leaderelection on one apiserver, and the fences' cost (hack/bench.sh).
 	hack/bench.sh

@@ -38,6 +38,8 @@ tier_unit() {
   # test/framework/dbserver's own test starts a real PostgreSQL and redis-server.
   hack/install-deps.sh
   "${GOTEST[@]}" -race ./...
+  # The election's deterministic simulator (docs/simulation.md), without the race detector: seeds 1-2000, ~15 s on 2 cores.
+  "${GOTEST[@]}" -run '^TestSimulation$' ./pkg/election -sim.seeds=2000
   # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...), the local
   # cluster's steps (test/localcluster).
   (cd test && "${GOTEST[@]}" -race ./framework/... ./cmd/... ./localcluster/...)
