@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -222,16 +223,38 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, fmt.Errorf("GET /watch: the answer is %q, not an event stream", ct)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 4096), maxBody)
-	var id, event string
-	var data []byte
-	var anchor time.Time // when the event's first line was read
-	idSet := false
-	for sc.Scan() {
+	// Events already received behind the one just parsed are read before
+	// it is handed over: only the newest of a queue reaches fn.
+	br := bufio.NewReaderSize(resp.Body, maxBody)
+	var (
+		id, event string
+		data      []byte
+		anchor    time.Time // when the event's first line was read
+		idSet     bool
+		held      *received // parsed, with more already received behind it
+		heldTag   string
+	)
+	handOver := func() {
+		if held != nil {
+			w.deliver(&held.r, heldTag, held.until)
+			held = nil
+		}
+	}
+	defer handOver()
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) {
+				return true, fmt.Errorf("GET /watch: a line longer than %d bytes", maxBody)
+			}
+			if errors.Is(err, io.EOF) {
+				return answered, fmt.Errorf("GET /watch: the sidecar ended the stream: %w", io.ErrUnexpectedEOF)
+			}
+			return answered, w.streamErr(fmt.Errorf("GET /watch: %w", err), &idled)
+		}
 		idle.Reset(w.c.idleTimeout)
 		answered = true
-		line := sc.Bytes()
+		line = bytes.TrimRight(line, "\r\n")
 		if anchor.IsZero() {
 			anchor = time.Now()
 		}
@@ -241,18 +264,24 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 				if err := json.Unmarshal(data, &r); err != nil {
 					return true, fmt.Errorf("GET /watch: the event's data is not the expected JSON (%w): %q", err, data[:min(len(data), 200)])
 				}
-				tag := id
+				heldTag = id
 				if !idSet {
-					tag = ""
+					heldTag = ""
 				}
-				w.deliver(&r, tag, anchor)
+				held = &received{r: r, until: anchor} // until: the anchor, here
 			}
 			id, event, data, idSet = "", "", data[:0], false
 			anchor = time.Time{}
+			if br.Buffered() == 0 {
+				handOver()
+			}
 			continue
 		}
 		if line[0] == ':' { // a comment: the heartbeat
 			anchor = time.Time{}
+			if br.Buffered() == 0 {
+				handOver()
+			}
 			continue
 		}
 		field, value, _ := strings.Cut(string(line), ":")
@@ -269,10 +298,6 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 			data = append(data, value...)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return answered, w.streamErr(fmt.Errorf("GET /watch: %w", err), &idled)
-	}
-	return answered, fmt.Errorf("GET /watch: the sidecar ended the stream: %w", io.ErrUnexpectedEOF)
 }
 
 // streamErr names a stream's error caused by the idle timeout.
