@@ -11,6 +11,9 @@
 #
 # Environment:
 #   VERSION                      image tag (default: git describe --tags --always --dirty, else "dev")
+#   ELECTOR_E2E_RELEASE_DIR      test a release instead (`make release` output, e.g. _output/release/0.2.0): its
+#                                images for this machine's architecture and its packaged chart; VERSION is the
+#                                directory's name
 #   ELECTOR_E2E_TIMEOUT          go test -timeout (default 30m)
 #   ELECTOR_E2E_REUSE_CLUSTER=1  run against a local cluster that is already up (import the image into it)
 #                                and leave it running; without it, a running cluster is an error
@@ -31,7 +34,23 @@ if [[ -z "${VERSION:-}" ]]; then
 fi
 export VERSION
 IMAGE_REPO="elector-sidecar"
+DEMO_REPO="elector-demo"
 IMAGE_TAR="$ELECTOR_ROOT/_output/e2e/elector-sidecar-image.tar" # not `make image`'s tarball: others may rebuild that meanwhile
+DEMO_TAR="$ELECTOR_ROOT/_output/e2e/elector-demo-image.tar"
+RELEASE_DIR="${ELECTOR_E2E_RELEASE_DIR:-}"
+if [[ -n $RELEASE_DIR ]]; then
+  RELEASE_DIR="$(cd "$RELEASE_DIR" && pwd)" || die "ELECTOR_E2E_RELEASE_DIR=$ELECTOR_E2E_RELEASE_DIR: no such directory"
+  VERSION="$(basename "$RELEASE_DIR")"
+  arch="$(go env GOARCH)"
+  IMAGE_REPO="ghcr.io/elector-sidecar/elector-sidecar" DEMO_REPO="ghcr.io/elector-sidecar/elector-demo"
+  IMAGE_TAR="$RELEASE_DIR/elector-sidecar-image-$VERSION-linux-$arch.oci.tar"
+  DEMO_TAR="$RELEASE_DIR/elector-demo-image-$VERSION-linux-$arch.oci.tar"
+  export ELECTOR_E2E_CHART="$RELEASE_DIR/elector-sidecar-$VERSION.tgz"
+  for f in "$IMAGE_TAR" "$DEMO_TAR" "$ELECTOR_E2E_CHART"; do
+    [[ -s $f ]] || die "$f is missing: run make release VERSION=$VERSION first"
+  done
+  (cd "$RELEASE_DIR" && sha256sum --check --quiet SHA256SUMS) || die "$RELEASE_DIR: SHA256SUMS does not match"
+fi
 PLUGIN_BIN="$ELECTOR_ROOT/_output/e2e/bin/kubectl-elector"      # nor bin/kubectl-elector of `make build`
 
 started=""  # set once this script brings the cluster up: it then owns the teardown
@@ -97,10 +116,15 @@ step() {
 # 0. Host packages the local cluster needs (nftables, iproute2, gcc, libseccomp-dev, ...), only when missing.
 hack/install-deps.sh cluster
 
-# 1. The image under test.
-log "building the image $IMAGE_REPO:$VERSION"
-IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh
-phase "image"
+# 1. The images under test: the release's, or built here.
+if [[ -n $RELEASE_DIR ]]; then
+  log "testing release $VERSION: $IMAGE_TAR, $DEMO_TAR, $ELECTOR_E2E_CHART"
+else
+  log "building the images $IMAGE_REPO:$VERSION and $DEMO_REPO:$VERSION"
+  IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh
+  IMAGE_KIND=demo IMAGE="$DEMO_REPO" OUT="$DEMO_TAR" step hack/image.sh
+  phase "images"
+fi
 
 # 1b. The kubectl plugin under test, built as `make build` builds it; test/e2e runs it through kubectl.
 log "building $PLUGIN_BIN"
@@ -114,11 +138,13 @@ if hack/local-cluster.sh status >/dev/null 2>&1; then
     die "a local cluster is already running (hack/local-cluster.sh status): stop it (hack/local-cluster.sh down) or set ELECTOR_E2E_REUSE_CLUSTER=1 to test against it"
   log "reusing the running local cluster (ELECTOR_E2E_REUSE_CLUSTER=1); it stays up afterwards"
   eval "$(hack/local-cluster.sh env)"
-  "$ELECTOR_BIN/ctr" --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images import "$IMAGE_TAR" >/dev/null
-  log "imported $IMAGE_TAR"
+  for tar in "$IMAGE_TAR" "$DEMO_TAR"; do
+    "$ELECTOR_BIN/ctr" --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images import "$tar" >/dev/null
+    log "imported $tar"
+  done
 else
   started=1
-  ELECTOR_IMAGES="$IMAGE_TAR${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" step hack/local-cluster.sh up
+  ELECTOR_IMAGES="$IMAGE_TAR $DEMO_TAR${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" step hack/local-cluster.sh up
   eval "$(hack/local-cluster.sh env)"
 fi
 phase "cluster up"
@@ -126,7 +152,7 @@ phase "cluster up"
 # 3. The suite. go test runs in its own session so a signal to this script can stop it (and its test
 # binary) as a group before the cluster goes away.
 export KUBECONFIG
-export ELECTOR_E2E_IMAGE="$IMAGE_REPO:$VERSION"
+export ELECTOR_E2E_IMAGE="$IMAGE_REPO:$VERSION" ELECTOR_E2E_DEMO_IMAGE="$DEMO_REPO:$VERSION"
 export ELECTOR_E2E_PULL_POLICY="${ELECTOR_E2E_PULL_POLICY:-Never}"
 export KUBECTL="$ELECTOR_BIN/kubectl" HELM="$ELECTOR_BIN/helm"
 export ELECTOR_E2E_KUBECTL_ELECTOR="$PLUGIN_BIN"
