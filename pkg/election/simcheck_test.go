@@ -10,6 +10,7 @@ package election
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,16 @@ func (c *simChecker) claim(name string, token int64, uid string, at, until time.
 	}
 	p.until, p.token, p.uid = max(p.until, until), token, uid
 	return nil
+}
+
+// observe is claim for a Status the app read at global time at from a
+// process whose clock runs at rate against the global clock (1: one shared
+// clock, as in the stepped tests). ExpiresIn is on the process's clock.
+func (c *simChecker) observe(name string, s Status, at time.Duration, rate float64) error {
+	if !s.IsLeader {
+		return nil
+	}
+	return c.claim(name, s.Token, s.LeaseUID, at, at+time.Duration(math.Ceil(float64(s.ExpiresIn)/rate)))
 }
 
 // handBack: the app of process name gave its token back at at (release

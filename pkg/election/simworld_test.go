@@ -251,12 +251,7 @@ func (w *simWorld) sample(p *simProc) {
 	if p.dead || p.isPaused() || w.err != nil {
 		return
 	}
-	s := p.e.Status()
-	if !s.IsLeader {
-		return
-	}
-	until := w.now + time.Duration(math.Ceil(float64(s.ExpiresIn)/p.rate))
-	if err := w.chk.claim(p.name, s.Token, s.LeaseUID, w.now, until); err != nil {
+	if err := w.chk.observe(p.name, p.e.Status(), w.now, p.rate); err != nil {
 		w.fail(err)
 	}
 }
