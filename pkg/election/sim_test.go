@@ -33,6 +33,7 @@ var (
 	simDuration  = flag.Duration("sim.duration", 0, "run random seeds until this time is up (overrides -sim.seeds)")
 	simStopFirst = flag.Bool("sim.stopfirst", false, "stop at the first failing seed and report seeds until failure and time")
 	simMixed     = flag.Bool("sim.mixed", false, "scenario: processes draw one of two configs (lease durations differ); see docs/simulation.md, N7")
+	simMaxInt    = flag.Bool("sim.maxint", false, "scenario N5: the adversary may raise leaseTransitions to MaxInt32; the operator resets it (TransitionsResetAnnotation) when the liveness phase starts")
 	simHandoff   = flag.String("sim.handoff", "", "every process's Config.ShutdownHandoff (after-validity or immediate); default: drawn per process, immediate one time in four")
 	simFaults    = flag.String("sim.faults", "", "enable exactly these fault kinds (comma-separated, each name or name=weight) instead of a random subset")
 )
@@ -246,6 +247,9 @@ func simReplay(seed uint64) string {
 	}
 	if *simHandoff != "" {
 		cmd += " -sim.handoff=" + *simHandoff
+	}
+	if *simMaxInt {
+		cmd += " -sim.maxint"
 	}
 	return cmd
 }

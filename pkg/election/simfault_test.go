@@ -8,6 +8,7 @@ package election
 
 import (
 	"context"
+	"math"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -331,7 +332,7 @@ func (w *simWorld) adversary(f simFault) {
 			tr = int32(transitionsOf(cur))
 		}
 		if w.adv.IntN(2) == 0 {
-			tr = int32(w.adv.IntN(int(tr) + 3))
+			tr = int32(min(w.adv.Int64N(int64(tr)+3), math.MaxInt32))
 		}
 		if !w.caughtUp() || !w.forget() {
 			return
@@ -356,8 +357,13 @@ func (w *simWorld) adversary(f simFault) {
 			edit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(w.adv.Int64N(t))) })
 		}
 	case fAdvRaise:
+		if *simMaxInt && w.adv.IntN(3) == 0 {
+			// Scenario N5: one write near the top of int32 exhausts the count.
+			edit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(math.MaxInt32 - w.adv.IntN(2))) })
+			break
+		}
 		edit(func(l *coordinationv1.Lease) {
-			l.Spec.LeaseTransitions = ptr(int32(transitionsOf(l)) + 1 + int32(w.adv.IntN(3)))
+			l.Spec.LeaseTransitions = ptr(int32(min(transitionsOf(l)+1+w.adv.Int64N(3), math.MaxInt32)))
 		})
 	case fAdvDuration:
 		secs := []int32{1, 2, int32(w.cfgs[0].ld / time.Second), int32(2 * w.cfgs[0].ld / time.Second), int32(4 * w.cfgs[0].ld / time.Second)}

@@ -8,10 +8,12 @@ package election
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // maxCfg is the longest of each setting over the configs.
@@ -44,6 +46,9 @@ func (w *simWorld) startLiveness() {
 			_ = p.e.setCandidate(ctx, true, "app healthy")
 		}
 		p.wake = w.now
+	}
+	if *simMaxInt {
+		w.operatorReset()
 	}
 	if len(w.alive()) == 0 {
 		w.start(string(rune('a' + w.flt.IntN(max(w.ids, 1)))))
@@ -118,4 +123,33 @@ func leaseString(l *coordinationv1.Lease) string {
 		return "absent"
 	}
 	return fmt.Sprintf("%s rv %s holder %q transitions %s", l.UID, l.ResourceVersion, holderOf(l), strconv.FormatInt(transitionsOf(l), 10))
+}
+
+// operatorReset is scenario N5's repair: when the count is exhausted (on
+// the Lease or in a process's memory), the operator writes a low count with
+// a new TransitionsResetAnnotation (creating the Lease if it is gone), and
+// tokens start over.
+func (w *simWorld) operatorReset() {
+	l := w.srv.stored(leaseName)
+	top := transitionsOf(l)
+	for _, p := range w.alive() {
+		top = max(top, p.e.st.maxSeen)
+	}
+	if top <= math.MaxInt32-100 {
+		return
+	}
+	if l == nil {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: leaseName, Namespace: ns},
+			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: leaseSeconds(w.cfgs[0].ld)}}
+	}
+	l = l.DeepCopy()
+	l.Spec.LeaseTransitions = ptr(int32(w.adv.IntN(4)))
+	setAnnotation(l, TransitionsResetAnnotation, fmt.Sprintf("sim-%d", w.seed))
+	if l.UID == "" {
+		_, _ = w.srv.create(nil, l, simAdversary)
+	} else {
+		w.srv.commit(leaseName, l, simAdversary, "update", false)
+	}
+	w.chk.reset()
+	w.tracef(nil, "reset", "the operator's declared reset of the count")
 }
