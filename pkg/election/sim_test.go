@@ -42,6 +42,7 @@ type simCfg struct{ ld, rd, rp, skew time.Duration }
 
 type simWorld struct {
 	seed                 uint64
+	opts                 simOpts
 	cfgs                 []simCfg
 	sched, api, adv, flt *rand.Rand
 	now                  time.Duration
@@ -82,19 +83,19 @@ func drawSimCfg(r *rand.Rand) simCfg {
 // newSimWorld draws everything about one seed from its faults stream:
 // configs, the enabled fault kinds and weights (forced: -sim.faults), the
 // rates, the first processes and Lease.
-func newSimWorld(seed uint64, forced string, keepTrace bool) *simWorld {
+func newSimWorld(seed uint64, opts simOpts, keepTrace bool) *simWorld {
 	stream := func(name string) *rand.Rand {
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(name))
 		return rand.New(rand.NewPCG(seed, h.Sum64()))
 	}
-	w := &simWorld{seed: seed, sched: stream("scheduler"), api: stream("apiserver"), adv: stream("adversary"), flt: stream("faults")}
+	w := &simWorld{seed: seed, opts: opts, sched: stream("scheduler"), api: stream("apiserver"), adv: stream("adversary"), flt: stream("faults")}
 	w.trace = simTrace{h: fnv.New64a(), all: keepTrace}
 	w.srv = &simServer{w: w, leases: map[string]*coordinationv1.Lease{}}
 	w.chk = newSimChecker()
 	r := w.flt
 	w.cfgs = []simCfg{drawSimCfg(r)}
-	if *simMixed {
+	if opts.mixed {
 		w.cfgs = append(w.cfgs, drawSimCfg(r)) // mixed configs
 	}
 	w.maxDrift = 1
@@ -102,8 +103,8 @@ func newSimWorld(seed uint64, forced string, keepTrace bool) *simWorld {
 		// |r-1| * LeaseDuration < ClockSkewMargin/2, for every config.
 		w.maxDrift = min(w.maxDrift, 0.99*float64(c.skew)/(2*float64(c.ld)))
 	}
-	if forced != "" {
-		for _, f := range strings.Split(forced, ",") {
+	if opts.faults != "" {
+		for _, f := range strings.Split(opts.faults, ",") {
 			name, wt, _ := strings.Cut(strings.TrimSpace(f), "=")
 			k := simFaultByName(name)
 			w.enabled[k], w.weight[k] = true, 1
@@ -227,8 +228,8 @@ type simResult struct {
 	trace string
 }
 
-func runSimSeed(seed uint64, forced string, keepTrace bool) simResult {
-	w := newSimWorld(seed, forced, keepTrace)
+func runSimSeed(seed uint64, opts simOpts, keepTrace bool) simResult {
+	w := newSimWorld(seed, opts, keepTrace)
 	err := w.run()
 	r := simResult{seed: seed, steps: w.steps, hash: w.trace.h.Sum64(), err: err}
 	if err != nil || keepTrace {
@@ -237,29 +238,16 @@ func runSimSeed(seed uint64, forced string, keepTrace bool) simResult {
 	return r
 }
 
-func simReplay(seed uint64) string {
-	cmd := fmt.Sprintf("go test ./pkg/election -run '^TestSimulation$' -v -sim.seed=%d", seed)
-	if *simFaults != "" {
-		cmd += " -sim.faults=" + *simFaults
-	}
-	if *simMixed {
-		cmd += " -sim.mixed"
-	}
-	if *simHandoff != "" {
-		cmd += " -sim.handoff=" + *simHandoff
-	}
-	if *simMaxInt {
-		cmd += " -sim.maxint"
-	}
-	return cmd
+func simReplay(seed uint64, o simOpts) string {
+	return fmt.Sprintf("go test ./pkg/election -run '^TestSimulation$' -v -sim.seed=%d%s", seed, o)
 }
 
 func TestSimulation(t *testing.T) {
 	if *simSeed != 0 {
-		r := runSimSeed(*simSeed, *simFaults, true)
+		r := runSimSeed(*simSeed, flagSimOpts(), true)
 		t.Logf("trace hash %016x, %d steps\n%s", r.hash, r.steps, r.trace)
 		if r.err != nil {
-			t.Fatalf("seed %d: %v\nreplay: %s", r.seed, r.err, simReplay(r.seed))
+			t.Fatalf("seed %d: %v\nreplay: %s", r.seed, r.err, simReplay(r.seed, flagSimOpts()))
 		}
 		return
 	}
@@ -291,7 +279,7 @@ func TestSimulation(t *testing.T) {
 				if stop {
 					return
 				}
-				r := runSimSeed(base+uint64(i), *simFaults, false)
+				r := runSimSeed(base+uint64(i), flagSimOpts(), false)
 				mu.Lock()
 				done++
 				steps += r.steps
@@ -326,13 +314,13 @@ func TestSimulation(t *testing.T) {
 		t.Logf("first failure: seed %d, after %d seeds, %v", first.seed, firstBad+1, el.Round(time.Millisecond))
 	}
 	t.Fatalf("%d of %d seeds failed (%s); the first, seed %d: %v\n%s\nreplay: %s",
-		len(failures), done, strings.Join(seeds, " "), first.seed, first.err, first.trace, simReplay(first.seed))
+		len(failures), done, strings.Join(seeds, " "), first.seed, first.err, first.trace, simReplay(first.seed, flagSimOpts()))
 }
 
 // The same seed gives the same run: trace hashes compared.
 func TestSimulationReplaysExactly(t *testing.T) {
 	for _, seed := range []uint64{1, 7, 12345} {
-		a, b := runSimSeed(seed, "", false), runSimSeed(seed, "", true)
+		a, b := runSimSeed(seed, simOpts{}, false), runSimSeed(seed, simOpts{}, true)
 		if a.hash != b.hash || a.steps != b.steps {
 			t.Fatalf("seed %d: trace hash %016x (%d steps), then %016x (%d steps)", seed, a.hash, a.steps, b.hash, b.steps)
 		}

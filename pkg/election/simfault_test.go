@@ -357,7 +357,7 @@ func (w *simWorld) adversary(f simFault) {
 			edit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(w.adv.Int64N(t))) })
 		}
 	case fAdvRaise:
-		if *simMaxInt && w.adv.IntN(3) == 0 {
+		if w.opts.maxint && w.adv.IntN(3) == 0 {
 			// Scenario N5: one write near the top of int32 exhausts the count.
 			edit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(math.MaxInt32 - w.adv.IntN(2))) })
 			break

@@ -47,7 +47,7 @@ func (w *simWorld) startLiveness() {
 		}
 		p.wake = w.now
 	}
-	if *simMaxInt {
+	if w.opts.maxint {
 		w.operatorReset()
 	}
 	if len(w.alive()) == 0 {

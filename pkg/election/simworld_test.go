@@ -116,8 +116,8 @@ func (w *simWorld) start(id string) *simProc {
 	if own.IntN(4) == 0 {
 		handoff = HandoffImmediate
 	}
-	if *simHandoff != "" {
-		handoff = Handoff(*simHandoff)
+	if w.opts.handoff != "" {
+		handoff = Handoff(w.opts.handoff)
 	}
 	c := p.cfg
 	e, err := New(Config{
