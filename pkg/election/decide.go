@@ -154,7 +154,9 @@ func decide(s *state, c *Config, now time.Time) decision {
 	if now.Before(s.retryAt) {
 		return decision{wake: earliest(wake, s.retryAt)}
 	}
-	if s.obs == nil && s.restoreFrom != nil {
+	if s.obs == nil && s.restoreFrom != nil && !(s.ownDeletion && s.withdrawn == "" && !now.Before(s.outUntil)) {
+		// A campaigning ex-leader of the deleted term recreates it with a
+		// new token instead (acquireAt).
 		return decision{action: actRestore}
 	}
 	if t := s.term; t != nil {

@@ -299,3 +299,31 @@ func TestReleaseKeepsTheValidityTheAppHoldsUnlessItGaveTheTokenBack(t *testing.T
 		})
 	}
 }
+
+// N8 (found by the simulator): a leader whose valid term is deleted may
+// recreate the Lease at once; if it is out of the election by then, it
+// restores the Lease instead, so the count outlives its absence and a
+// newcomer never starts again at 1.
+func TestExLeaderOutOfTheElectionRestoresItsDeletedLease(t *testing.T) {
+	api := newFakeAPI(t, heldLease("", 1))
+	a := api.stepped("a").seesStored()
+	api.waitOutFreeLease()
+	a.step()
+	wantLeads(t, a, 2)
+	last := api.lease()
+	api.deleteLease()
+	a.seesDeleted(last)
+	if err := a.setCandidate(context.Background(), false, "app unhealthy"); err != nil {
+		t.Fatal(err)
+	}
+	api.calls()
+	a.step()
+	wantCalls(t, api, "a restores the deleted Lease", "create")
+	if l := api.lease(); holderOf(l) != "a" || transitionsOf(l) != 2 {
+		t.Fatalf("restored %+v, want a's term at count 2", l.Spec)
+	}
+	n := api.stepped("n").seesStored()
+	log := newTokenLog(t)
+	runFor(api, log, 3*ld, a, n)
+	wantLeads(t, n, 3)
+}

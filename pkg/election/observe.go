@@ -131,9 +131,11 @@ func (e *Elector) observeDeleted(last *coordinationv1.Lease, final bool) {
 	s.obs = nil
 	if ownValidTerm {
 		// Nobody can have taken the Lease since our last renew: we may
-		// recreate it at once, with a higher token.
+		// recreate it at once, with a higher token. If we may not campaign
+		// now (withdrawn, released for a while), we restore it instead
+		// (decide), so its count outlives our absence.
 		s.ownDeletion = true
-		s.restoreFrom = nil
+		s.restoreFrom = gone
 		return
 	}
 	s.ownDeletion = false
