@@ -181,3 +181,13 @@ func TestHelmTestChecksOneLeaderThroughTheMetricsService(t *testing.T) {
 		})
 	}
 }
+
+// TestNotesGuardCommandNamesThePackagedChart: the cluster admin's command in NOTES renders from the released
+// package (NAME-VERSION.tgz), not from a path of a repository checkout; TestGuards runs it with the real helm.
+func TestNotesGuardCommandNamesThePackagedChart(t *testing.T) {
+	cmd := guardCommand(t, mustRender(t, renderOpts{}).Notes)
+	c := loadChart(t)
+	if pkg := " " + c.Metadata.Name + "-" + c.Metadata.Version + ".tgz "; !strings.Contains(cmd, pkg) || strings.Contains(cmd, "charts/") {
+		t.Errorf("NOTES' command does not render from%s alone:\n%s", pkg, cmd)
+	}
+}

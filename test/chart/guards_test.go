@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/getter"
 	"helm.sh/helm/v4/pkg/kube"
@@ -175,13 +176,19 @@ func runGuardCommand(t *testing.T, c *cluster, ns, command string) string {
 			t.Fatalf("no %s in %s: run hack/build-binaries.sh", b, bin)
 		}
 	}
-	if !strings.Contains(command, " charts/elector-sidecar ") {
-		t.Fatalf("the command does not name the chart as charts/elector-sidecar:\n%s", command)
+	// The command names the packaged chart (NAME-VERSION.tgz, as a release ships it), in the directory it runs in.
+	c0 := loadChart(t)
+	pkg := c0.Metadata.Name + "-" + c0.Metadata.Version + ".tgz"
+	if !strings.Contains(command, " "+pkg+" ") {
+		t.Fatalf("the command does not name the packaged chart %s:\n%s", pkg, command)
 	}
-	script := strings.Replace(command, " charts/elector-sidecar ", " "+chartDir(t)+" ", 1)
+	script := command
 	home := t.TempDir()
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-	cmd.Dir = t.TempDir() // the values file lands here
+	cmd.Dir = t.TempDir() // the values file lands here, next to the packaged chart
+	if saved, err := chartutil.Save(c0, cmd.Dir); err != nil || filepath.Base(saved) != pkg {
+		t.Fatalf("packaging the chart: %s, %v", saved, err)
+	}
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "KUBECONFIG="+adminKubeconfig(t, c, ns),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
 	out, err := cmd.CombinedOutput()
