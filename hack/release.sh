@@ -82,7 +82,7 @@ for arch in $ARCHES; do
   for cmd in elector-sidecar kubectl-elector; do
     out="$OUT_DIR/$cmd-$VERSION-linux-$arch"
     GOARCH="$arch" go -C "$src" build -trimpath -ldflags "$ldflags" -o "$out" "./cmd/$cmd"
-    sbom "$out" "$cmd"
+    sbom "$out" "$cmd" "$out=$cmd"
   done
   for kind in sidecar demo; do
     log "linux/$arch: the elector-$kind image"
