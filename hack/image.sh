@@ -98,7 +98,8 @@ printf '%s\n' \
 
 # The tool lives in its own module (hack/tools) so go-containerregistry stays out of the root go.mod.
 log "building mkimage"
-(cd hack/tools && go build -o "$ELECTOR_ROOT/_output/tools/mkimage" ./mkimage)
+# It runs here: built for this machine, whatever GOARCH the image is for.
+(cd hack/tools && GOOS="$(go env GOHOSTOS)" GOARCH="$(go env GOHOSTARCH)" go build -o "$ELECTOR_ROOT/_output/tools/mkimage" ./mkimage)
 
 file_args=()
 for pair in $IMAGE_BINARIES; do
