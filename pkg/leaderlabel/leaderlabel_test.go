@@ -447,12 +447,13 @@ func TestRunFollowsChangesAndRetriesFailuresAfterABackOff(t *testing.T) {
 	src.set(leader(2))
 	eventually(t, "pod-b unlabeled", labeled())
 	// Two failed patches of pod-a: retried after 1s, then after 2s of the fake clock.
-	eventually(t, "the first retry timer", clk.HasWaiters)
+	// The clock's waiters: the resync ticker, and the retry timer.
+	eventually(t, "the first retry timer", func() bool { return clk.Waiters() == 2 })
 	if got := a.labeled(); len(got) != 0 {
 		t.Fatalf("labeled %v before the retry", got)
 	}
 	clk.Step(time.Second)
-	eventually(t, "the second retry timer", func() bool { return clk.HasWaiters() && a.pending("patch", "pod-a") == 0 })
+	eventually(t, "the second retry timer", func() bool { return clk.Waiters() == 2 && a.pending("patch", "pod-a") == 0 })
 	clk.Step(1500 * time.Millisecond)
 	if got := a.labeled(); len(got) != 0 {
 		t.Fatalf("labeled %v before the second back-off (2s) ended", got)
