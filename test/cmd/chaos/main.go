@@ -7,7 +7,9 @@
 // during a handoff (the leader SIGTERMed and the Lease deleted the moment its
 // release lands, or a follower's acquire, while the followers race), and the
 // leader cut off from the apiserver while the Lease is deleted and a brand-new
-// candidate starts. Every candidate reaches the apiserver through its own
+// candidate starts, and a free Lease its holder did not release (holderIdentity
+// cleared by hand, or the Lease deleted and created again free by another
+// client; handedits.go), the holder sometimes frozen over it. Every candidate reaches the apiserver through its own
 // local TCP proxy (framework.TCPProxy), which the soak can blackhole.
 //
 // The writers write through a fenced HTTP store (pkg/fencing/httpstore) that
@@ -27,6 +29,8 @@
 //  3. tokens served later are greater (the sampler, per term);
 //  4. every accepted token was used by one process only;
 //  5. no two processes ever served the same token value (the sampler, over the whole run).
+//  6. no process served a higher token while another process's answer still claimed
+//     validity (sent time + expiresInMs; the sampler, framework.CheckClaims).
 //
 // It exits 1 if an invariant broke, 2 on bad flags.
 package main
@@ -483,8 +487,8 @@ func (s *soak) up() int {
 }
 
 func (s *soak) inject(ctx context.Context) {
-	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete", "db-restart"}
-	weights := []int{3, 3, 2, 2, 1, 1, 3, 2, 0}
+	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete", "hand-clear", "recreate-free", "db-restart"}
+	weights := []int{3, 3, 2, 2, 1, 1, 3, 2, 2, 2, 0}
 	if s.db.restart != nil {
 		weights[len(weights)-1] = 1
 	}
@@ -546,6 +550,9 @@ func (s *soak) inject(ctx context.Context) {
 		return
 	case "handoff-delete", "partition-delete":
 		s.injectDeletion(ctx, kind)
+		return
+	case "hand-clear", "recreate-free":
+		s.injectHandEdit(ctx, kind)
 		return
 	}
 	sl := s.pick(ctx)
@@ -819,6 +826,7 @@ func (s *soak) report() bool {
 		p5 = append(p5, v.Detail)
 	}
 	check("no two processes ever served the same token value", p5)
+	check("no process served a higher token while another's answer still claimed validity", s.checkClaims(samples))
 	if !ok {
 		fmt.Println("terms:")
 		fmt.Print(framework.FormatTerms(terms, s.g.Sampler.Start))
