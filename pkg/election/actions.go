@@ -112,9 +112,13 @@ func (e *Elector) restore(ctx context.Context) {
 	got, err := e.leases.Create(reqCtx, l, metav1.CreateOptions{})
 	if err != nil {
 		if !apierrors.IsAlreadyExists(err) {
-			// Nothing is lost: the deletion's notBefore still holds.
+			// Try again after a retry period (the deletion's notBefore
+			// still holds): we may be the only one left who knows the
+			// count, and a newcomer would start it again at 1.
 			e.log.Warn("restoring the deleted lease failed", "err", err)
 			e.metrics.apiError("create")
+			s.restoreFrom = newest(s.restoreFrom, old)
+			s.retryAt = e.clock.Now().Add(e.cfg.RetryPeriod)
 			return
 		}
 		e.writeFailed("create", "restore", err)

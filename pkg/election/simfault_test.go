@@ -163,7 +163,7 @@ func (w *simWorld) knows(except *simProc) bool { return w.knower(except) != nil 
 // the count runs, not when every such candidate is stopped.
 func (w *simWorld) forget() bool {
 	k := w.knower(nil)
-	if k == nil {
+	if k == nil || w.now < w.outage {
 		return false
 	}
 	c := w.maxCfg()
@@ -399,7 +399,9 @@ func (w *simWorld) restoreBackup() {
 			versions = append(versions, s.log[i])
 		}
 	}
-	if len(versions) == 0 || w.now < w.outage {
+	if len(versions) == 0 || w.now < w.outage || w.now < w.guardUntil {
+		// Not during a repair window either: the knower of a lowered
+		// count must reach the API server to write it back.
 		return
 	}
 	v := versions[w.adv.IntN(len(versions))]

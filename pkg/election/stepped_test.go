@@ -188,7 +188,7 @@ func TestNewcomerWaitsOneLeaseDurationBeforeCreating(t *testing.T) {
 	wantLeads(t, c, 1)
 }
 
-func TestFailedRestoreWaitsOutTheDeletedLeasesOwnDuration(t *testing.T) {
+func TestFailedRestoreIsRetriedAndTheDeletedLeasesOwnDurationWaitedOut(t *testing.T) {
 	old := heldLease("old", 4)
 	old.Spec.LeaseDurationSeconds = ptr(int32(60)) // longer than ours (3s)
 	api := newFakeAPI(t, old)
@@ -198,13 +198,23 @@ func TestFailedRestoreWaitsOutTheDeletedLeasesOwnDuration(t *testing.T) {
 	api.fail("create", 1, apierrors.NewInternalError(errors.New("etcd timeout")))
 	f.step()
 	wantCalls(t, api, "restore attempt", "create")
-	for moved := time.Duration(0); moved < 60*time.Second; moved += time.Second {
+	f.step()
+	wantCalls(t, api, "no retry before a retry period")
+	// f may be the only one that knows the count: it tries again.
+	api.clock.Step(rp)
+	f.step()
+	wantCalls(t, api, "restore retried", "create")
+	if l := api.lease(); holderOf(l) != "old" || transitionsOf(l) != 4 {
+		t.Fatalf("restored %+v", l.Spec)
+	}
+	api.catchUp(f)
+	for moved := rp; moved < 60*time.Second; moved += time.Second {
 		f.step()
 		wantCalls(t, api, "before the deleted Lease's duration")
 		api.clock.Step(time.Second)
 	}
 	f.step()
-	wantCalls(t, api, "after it", "create")
+	wantCalls(t, api, "after it", "update")
 	wantLeads(t, f, 5)
 }
 
