@@ -66,8 +66,8 @@ def main():
         print("usage: write.py PLAN", file=sys.stderr)
         return 1
     elector_url = os.environ.get("ELECTOR_URL", "http://127.0.0.1:4040")
-    api = os.environ.get("KUBE_API_URL") or "https://%s:%s" % (
-        os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
+    api = (os.environ.get("KUBE_API_URL") or "https://%s:%s" % (
+        os.environ.get("KUBERNETES_SERVICE_HOST", ""), os.environ.get("KUBERNETES_SERVICE_PORT", "443"))).rstrip("/")
     token_file = os.environ.get("KUBE_TOKEN_FILE", SA + "/token")
     ca_file = os.environ.get("KUBE_CA_FILE", SA + "/ca.crt")
     namespace = os.environ.get("NAMESPACE")
