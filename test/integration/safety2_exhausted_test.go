@@ -2,8 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // Issue 23, N5: one write of leaseTransitions = 2147483647 (the largest
@@ -19,8 +24,9 @@ import (
 // candidate, elector_cannot_lead is 1, and a Warning Event is recorded on
 // the Lease; nobody serves a token (in particular not the edited count).
 // The recovery the README documents, one patch that lowers the count and
-// sets a new elector-sidecar.io/transitions-reset value, brings a leader
-// back with token 42 (after 41) without restarting any process.
+// sets a new elector-sidecar.io/transitions-reset value (the README's
+// command, run as written there but for the Lease's name), brings a leader
+// back with the next token (42 after 41) without restarting any process.
 func TestExhaustedLeaseTransitionsAreReportedAndAResetPatchRecovers(t *testing.T) {
 	g := newGroup(t, testTimings)
 	t.Cleanup(func() { g.checkClaims(nil) })
@@ -62,16 +68,16 @@ func TestExhaustedLeaseTransitionsAreReportedAndAResetPatchRecovers(t *testing.T
 	}
 
 	// The README's recovery: one patch lowers the count and declares it.
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"1"}},"spec":{"leaseTransitions":41}}`, election.TransitionsResetAnnotation)
+	patch, count := readmeResetPatch(t)
 	if out, err := env.cp.Kubectl(g.ctx, "-n", g.namespace, "patch", "lease", g.lease, "--type=merge", "-p", patch); err != nil {
-		t.Fatalf("kubectl patch lease: %v\n%s", err, out)
+		t.Fatalf("kubectl patch lease (README.md, %q): %v\n%s", readmeResetSection, err, out)
 	}
 	patched := time.Now()
 	next, ntok := g.waitLeader(2*testTimings.LeaseDuration + failoverSlack)
-	if ntok.Token != 42 {
-		t.Fatalf("%s leads with token %d after the count was reset to 41, want 42", next.Instance, ntok.Token)
+	if ntok.Token != count+1 {
+		t.Fatalf("%s leads with token %d after the count was reset to %d, want %d", next.Instance, ntok.Token, count, count+1)
 	}
-	g.waitAllSee(next, 42)
+	g.waitAllSee(next, count+1)
 	g.waitFor(10*time.Second, "no candidate saying it cannot lead", func(ctx context.Context) error {
 		for _, c := range procs {
 			d, err := diagnostics(ctx, c)
@@ -93,7 +99,7 @@ func TestExhaustedLeaseTransitionsAreReportedAndAResetPatchRecovers(t *testing.T
 			t.Fatalf("%s exited", c.Instance)
 		}
 	}
-	t.Logf("reset patch: %s leads with token 42 %v later, no process restarted", next.Instance, time.Since(patched).Round(time.Millisecond))
+	t.Logf("the README's reset patch %s: %s leads with token %d %v later, no process restarted", patch, next.Instance, ntok.Token, time.Since(patched).Round(time.Millisecond))
 }
 
 // waitMetric waits until name reads want on every running candidate.
@@ -111,4 +117,49 @@ func (g *electionGroup) waitMetric(name string, want float64) {
 		}
 		return nil
 	})
+}
+
+// readmeResetSection is the README section with the recovery command.
+const readmeResetSection = "Recovering an exhausted token"
+
+// readmeResetPatch returns the merge patch of the README's `kubectl patch
+// lease` under readmeResetSection and the count it sets; it fails the test
+// if the README has none, or the patch does not set both the count and the
+// reset annotation.
+func readmeResetPatch(t *testing.T) (string, int64) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := regexp.MustCompile(`-p '([^']+)'`)
+	for _, b := range framework.MarkdownCodeBlocks(string(md)) {
+		if b.Lang != "console" || !b.Under(readmeResetSection) {
+			continue
+		}
+		for _, c := range framework.ConsoleCommands(b.Code) {
+			m := quoted.FindStringSubmatch(c.Command)
+			if !strings.HasPrefix(c.Command, "kubectl patch lease") || m == nil {
+				continue
+			}
+			var p struct {
+				Metadata struct {
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+				Spec struct {
+					LeaseTransitions *int64 `json:"leaseTransitions"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal([]byte(m[1]), &p); err != nil || p.Spec.LeaseTransitions == nil || p.Metadata.Annotations[election.TransitionsResetAnnotation] == "" {
+				t.Fatalf("README.md %s: the patch %s does not set spec.leaseTransitions and a %s value (%v)", b.Where(), m[1], election.TransitionsResetAnnotation, err)
+			}
+			return m[1], *p.Spec.LeaseTransitions
+		}
+	}
+	t.Fatalf("README.md: no `$ kubectl patch lease NAME --type=merge -p '...'` in a console block under %q", readmeResetSection)
+	return "", 0
 }

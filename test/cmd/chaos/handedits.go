@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -21,7 +22,8 @@ import (
 //   - hand-clear: a client Update sets holderIdentity to nil and changes
 //     nothing else (kubectl edit).
 //   - recreate-free: the Lease is deleted and created again, free, by
-//     another client: its spec without a holder (the same count), or, when
+//     another client (every candidate stalled over the two writes, or one
+//     restores it first): its spec without a holder (the same count), or, when
 //     at least two other candidates that saw the Lease are healthy, a bare
 //     manifest without leaseTransitions (the count is the candidates' to
 //     remember).
@@ -126,6 +128,11 @@ func (s *soak) recreateFree(ctx context.Context, bare bool) (string, error) {
 	if err != nil {
 		return "not recreated", err
 	}
+	// The candidates restore a deleted Lease at once: they stall (SIGSTOP)
+	// over the deletion and the creation, and their watches deliver both
+	// when they wake.
+	unstall := s.stallCandidates()
+	defer unstall()
 	if err := s.deleteLease(ctx, old); err != nil {
 		return "not recreated", err
 	}
@@ -137,6 +144,7 @@ func (s *soak) recreateFree(ctx context.Context, bare bool) (string, error) {
 		what = "bare (no leaseTransitions)"
 	}
 	created, err := leases.Create(ctx, l, metav1.CreateOptions{})
+	unstall()
 	if apierrors.IsAlreadyExists(err) {
 		// A candidate restored it first: the deletion was the fault.
 		return fmt.Sprintf("Lease deleted (holder %q, leaseTransitions %d); a candidate recreated it first", framework.HolderOf(old), framework.TransitionsOf(old)), nil
@@ -146,6 +154,28 @@ func (s *soak) recreateFree(ctx context.Context, bare bool) (string, error) {
 	}
 	return fmt.Sprintf("Lease deleted (holder %q, leaseTransitions %d) and created free %s (leaseTransitions %d, UID %.8s)",
 		framework.HolderOf(old), framework.TransitionsOf(old), what, framework.TransitionsOf(created), created.UID), nil
+}
+
+// stallCandidates SIGSTOPs every running candidate that no fault keeps
+// paused and returns the function that resumes them (once).
+func (s *soak) stallCandidates() func() {
+	var stalled []*framework.Candidate
+	for _, sl := range append(append([]*slot(nil), s.slots...), s.newcomerList()...) {
+		sl.mu.Lock()
+		paused := sl.paused
+		sl.mu.Unlock()
+		if c := s.g.Get(sl.id); !paused && c != nil && !c.Exited() && c.Pause() == nil {
+			stalled = append(stalled, c)
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			for _, c := range stalled {
+				_ = c.Resume()
+			}
+		})
+	}
 }
 
 // checkClaims is invariant 6: no process served a higher token to a request
