@@ -685,7 +685,7 @@ func testGuardRejects(t *testing.T, c *cluster, ns, lease string) {
 		if err != nil {
 			return err
 		}
-		return patch(ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0)+10000), "raise by 10000")
+		return patch(ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0)+10000), "raise-by-10000")
 	})
 	if err != nil {
 		t.Errorf("UPDATE raising leaseTransitions by 10000: %v, want allowed", err)
