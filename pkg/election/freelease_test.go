@@ -50,6 +50,21 @@ func leaderOf(cands ...*stepped) *stepped {
 	return nil
 }
 
+// aLeadsBFollows starts a and b on a free Lease at count 1 (cfg: each
+// candidate's Config edit, or nil), lets a take it (token 2) and b see it.
+func aLeadsBFollows(t *testing.T, cfg func(*Config)) (api *fakeAPI, a, b *stepped) {
+	t.Helper()
+	api = newFakeAPI(t, heldLease("", 1))
+	api.mutate = cfg
+	a = api.stepped("a").seesStored()
+	b = api.stepped("b").seesStored()
+	api.waitOutFreeLease()
+	a.step()
+	wantCalls(t, api, "a takes the free Lease", "update")
+	api.catchUp(b)
+	return api, a, b
+}
+
 // N1: a follower learns of a deletion from a relist that reports the last
 // version it had (free, count 5) while b holds token 6 on the deleted
 // Lease. The follower restores what it knew; a newcomer finds a free Lease.
@@ -86,13 +101,7 @@ func TestStaleFreeRestoreAfterARelistNeverReissuesAToken(t *testing.T) {
 // follower's relist finds only the new UID (no deletion event). It waits
 // as after a deletion: the old leader may still serve.
 func TestLeaseRecreatedFreeIsWaitedOutLikeADeletion(t *testing.T) {
-	api := newFakeAPI(t, heldLease("", 1))
-	a := api.stepped("a").seesStored()
-	b := api.stepped("b").seesStored()
-	api.waitOutFreeLease()
-	a.step()
-	wantCalls(t, api, "a leads", "update")
-	api.catchUp(b)
+	api, a, b := aLeadsBFollows(t, nil)
 	a.cuttable().cut.Store(true)
 
 	api.deleteLease()
@@ -118,12 +127,7 @@ func TestLeaseRecreatedFreeIsWaitedOutLikeADeletion(t *testing.T) {
 // N3: holderIdentity cleared by hand is not a release: followers wait until
 // the holder's term has expired on their clock.
 func TestLeaseFreedByHandIsWaitedOutUntilItsHolderStops(t *testing.T) {
-	api := newFakeAPI(t, heldLease("", 1))
-	a := api.stepped("a").seesStored()
-	b := api.stepped("b").seesStored()
-	api.waitOutFreeLease()
-	a.step()
-	api.catchUp(b)
+	api, a, b := aLeadsBFollows(t, nil)
 	log := newTokenLog(t)
 	log.check(a, b)
 	a.cuttable().cut.Store(true)
@@ -216,12 +220,7 @@ func TestTwinNeverReleasesTheOtherTwinsTermAndTheCollisionIsReported(t *testing.
 // cannot lead; lowering the count with a declared reset brings a leader
 // back with no restart, while lowering it alone is raised back.
 func TestExhaustedCountSaysWhyAndADeclaredResetRecovers(t *testing.T) {
-	api := newFakeAPI(t, heldLease("", 1))
-	a := api.stepped("a").seesStored()
-	b := api.stepped("b").seesStored()
-	api.waitOutFreeLease()
-	a.step()
-	api.catchUp(b)
+	api, a, b := aLeadsBFollows(t, nil)
 	api.handEdit(func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr(int32(math.MaxInt32)) })
 	log := newTokenLog(t)
 	runFor(api, log, 3*ld, a, b)
@@ -263,13 +262,7 @@ func TestReleaseKeepsTheValidityTheAppHoldsUnlessItGaveTheTokenBack(t *testing.T
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			api := newFakeAPI(t, heldLease("", 1))
-			api.mutate = func(c *Config) { c.ShutdownHandoff = tt.handoff }
-			a := api.stepped("a").seesStored()
-			b := api.stepped("b").seesStored()
-			api.waitOutFreeLease()
-			a.step()
-			api.catchUp(b)
+			api, a, b := aLeadsBFollows(t, func(c *Config) { c.ShutdownHandoff = tt.handoff })
 			log := newTokenLog(t)
 			api.clock.Step(rp / 2) // the answer the app holds: a little less than a full term
 			log.check(a, b)
