@@ -422,8 +422,8 @@ func TestReadmeKubeObjectSnippetRunsAgainstTheFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, snippet, _ := strings.Cut(string(src), "\t\t// README begin\n")
-	snippet, _, _ = strings.Cut(snippet, "\t\t// README end")
+	_, snippet, _ := strings.Cut(string(src), "// README begin\n")
+	snippet, _, _ = strings.Cut(snippet, "// README end")
 	norm := func(s string) string {
 		var lines []string
 		for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
@@ -456,14 +456,17 @@ func readmeKubeObjectGo(ctx context.Context, dyn dynamic.Interface, ns string) (
 	type tokenAnswer struct{ Token int64 }
 	for _, t := range []tokenAnswer{{Token: 7}, {Token: 6}} {
 		cm := fencedObject(configMapsGVR, "billing", map[string]string{})
-		// README begin
-		objs := kubeobject.New(dyn.Resource(configMaps).Namespace(ns), "billing") // the field manager of every write
-		cm.SetLabels(map[string]string{"elector-sidecar.io/fenced": "true"})      // the fence's objectSelector
-		_, err := objs.Apply(ctx, t.Token, cm)                                    // t: the /token answer; or Create, Update, Patch, UpdateStatus, ...
-		if errors.Is(err, fencing.ErrStaleToken) {                                // *fencing.StaleTokenError: Highest is the object's (or the Lease's) token; nothing written
-			// a newer leader has written this object: this process is stale and must stop
-		}
-		// README end
+		err := func() error {
+			// README begin
+			objs := kubeobject.New(dyn.Resource(configMaps).Namespace(ns), "billing") // the field manager of every write
+			cm.SetLabels(map[string]string{"elector-sidecar.io/fenced": "true"})      // the fence's objectSelector
+			_, err := objs.Apply(ctx, t.Token, cm)                                    // t: the /token answer; or Create, Update, Patch, UpdateStatus, ...
+			if errors.Is(err, fencing.ErrStaleToken) {                                // *fencing.StaleTokenError: Highest is the object's (or the Lease's) token; nothing written
+				return err // a newer leader has written this object: this process is stale and must stop
+			}
+			// README end
+			return err
+		}()
 		var ste *fencing.StaleTokenError
 		switch {
 		case t.Token == 7 && err != nil:
