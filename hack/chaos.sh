@@ -4,9 +4,11 @@
 # as it can, and random SIGKILL, SIGSTOP+SIGCONT, SIGTERM, restarts, apiserver restarts, Lease
 # deletions, the Lease deleted during a handoff (leader SIGTERMed, Lease deleted as the followers
 # race), and the leader cut off from the apiserver (its proxy blackholed) while the Lease is deleted
-# and a brand-new candidate starts. Prints writes attempted/accepted/rejected as stale, leader
-# changes, the max token and the invariant results (among them: no two processes ever served the
-# same token value); exits non-zero if an invariant broke.
+# and a brand-new candidate starts, the holder cleared by hand (kubectl edit) and the Lease deleted and
+# recreated free by another client while the leader is frozen. Prints writes attempted/accepted/rejected
+# as stale, leader changes, the max token and the invariant results (among them: no two processes ever
+# served the same token value, and no process served a higher token while another's answer still
+# claimed validity by its expiresInMs); exits non-zero if an invariant broke.
 #
 # STORE=postgres or STORE=redis (`make chaos STORE=redis`): the writers' fenced HTTP store fronts the
 # project's fence in a throwaway PostgreSQL or redis-server (test/cmd/chaos --store), which the soak also
