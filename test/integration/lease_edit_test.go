@@ -22,10 +22,13 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 	g.waitAllSee(first, firstTok.Token)
 
 	// waitHigher waits for any process to serve a token above every token
-	// served so far and returns it.
+	// served so far and returns it. The sampler may not have recorded the
+	// latest token yet (its answers land when they are received): the
+	// tokens this test saw count too.
+	highest := firstTok.Token
 	waitHigher := func(what string, since time.Time) (*framework.Candidate, int64) {
 		t.Helper()
-		floor := g.maxToken()
+		floor := max(g.maxToken(), highest)
 		var leader *framework.Candidate
 		var tok int64
 		g.waitFor(testTimings.LeaseDuration+failoverSlack, what+": a token above "+fmt.Sprint(floor), func(ctx context.Context) error {
@@ -38,6 +41,7 @@ func TestLeaseDeletedAndHandEdited(t *testing.T) {
 			return errors.New("none yet")
 		})
 		t.Logf("%s: %s serves token %d (highest before: %d) %v later", what, leader.Instance, tok, floor, time.Since(since).Round(time.Millisecond))
+		highest = tok
 		return leader, tok
 	}
 
