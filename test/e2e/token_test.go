@@ -110,17 +110,17 @@ app:
 		t.Errorf("pod %s not Ready: %s", leader, podSummary(pod))
 	}
 
-	// Inside the app container: client-go's in-cluster config finds no token (the image's /elector-sidecar,
-	// run with kubectl exec, stops at reading it; 127.0.0.1:4040 is the sidecar's, so with a token it would
-	// stop at the listen instead).
+	// Inside the app container: client-go's in-cluster config finds no token (the demo image's
+	// /elector-chart-test, the helm test program, run with kubectl exec, stops at reading it; with a token
+	// it would go on to list the Service's endpoints).
 	ectx, ecancel := context.WithTimeout(ctx, time.Minute)
 	out, errOut, err := kubectl(ectx, "--namespace", r.ns, "exec", leader, "-c", appName, "--",
-		"/elector-sidecar", "--lease-name=e2e-token-check", "--identity=token-check", "--http-address=127.0.0.1:4040")
+		"/elector-chart-test", "--namespace="+r.ns, "--service=e2e-token-check", "--timeout=5s")
 	ecancel()
 	if err == nil || !strings.Contains(errOut+out, saTokenFile+": no such file or directory") {
-		t.Errorf("in the app container, /elector-sidecar: %v; want it to fail reading %s (no such file):\n%s%s", err, saTokenFile, out, errOut)
+		t.Errorf("in the app container, /elector-chart-test: %v; want it to fail reading %s (no such file):\n%s%s", err, saTokenFile, out, errOut)
 	} else {
-		t.Logf("app container: /elector-sidecar: %s", lineWith(errOut+out, saTokenFile))
+		t.Logf("app container: /elector-chart-test: %s", lineWith(errOut+out, saTokenFile))
 	}
 
 	// On the node: the containers' own file systems (their mount namespaces), while the sidecar leads.
