@@ -24,11 +24,8 @@ package localapi
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -336,64 +333,6 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, *buf)
 }
 
-func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
-	q, ok := queryParams(w, r, "for")
-	if !ok {
-		return
-	}
-	var out time.Duration
-	if v, set := q["for"]; set {
-		d, err := parseDuration(v, time.Nanosecond, MaxReleaseFor)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "query parameter for: "+err.Error())
-			return
-		}
-		out = d
-	}
-	// A body of unknown length (chunked) is read up to the cap before the
-	// release, so that a too-large one changes nothing.
-	if r.Body != nil && r.Body != http.NoBody {
-		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes)); err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
-			} else {
-				writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-			}
-			return
-		}
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), ReleaseTimeout)
-	defer cancel()
-	// Counted before the loop publishes the new time out, so that a reader
-	// that sees the new state also sees the new count (view reads it after
-	// Status): its ETag changes even when only the time out's end moved.
-	h.releases.Add(1)
-	var err error
-	if out > 0 {
-		err = h.el.ReleaseFor(ctx, out)
-	} else {
-		err = h.el.Release(ctx)
-	}
-	switch {
-	case err == nil:
-		w.WriteHeader(http.StatusNoContent)
-	case errors.Is(err, election.ErrNotRunning):
-		writeError(w, http.StatusServiceUnavailable, err.Error())
-	case errors.Is(err, election.ErrReleaseNotProcessed):
-		// The loop never took the request: nothing changed; a leader still
-		// leads with the same token.
-		writeError(w, http.StatusServiceUnavailable, err.Error()+": the election loop did not take the request in time; nothing changed, the token is unchanged")
-	case errors.Is(err, election.ErrReleaseUnconfirmed):
-		// The loop took it (a leader's token has stopped) but the Lease write
-		// did not finish in time; it may still succeed or fail.
-		writeError(w, http.StatusGatewayTimeout, err.Error()+": the election loop took the request (a leader's token has stopped), but writing the lease free did not finish in time; followers take over at the latest when the lease expires")
-	default:
-		// The token stopped before the write; the Lease expires by itself.
-		writeError(w, http.StatusBadGateway, "stepped down, but writing the lease free failed: "+err.Error())
-	}
-}
-
 func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
 	if !h.el.Alive() {
 		writeError(w, http.StatusServiceUnavailable, "election loop is not running")
@@ -445,75 +384,4 @@ func (v *view) etag() string { return leaderETag(&v.s, v.app, v.releases) }
 func (v *view) appendJSON(b []byte) []byte {
 	r := newLeaderResponse(&v.s, v.app)
 	return r.appendJSON(b)
-}
-
-// wantsText reports whether the client asked for text/plain over JSON.
-func wantsText(accept string) bool {
-	if accept == "" {
-		return false
-	}
-	for accept != "" {
-		var part string
-		part, accept, _ = strings.Cut(accept, ",")
-		mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
-		switch strings.ToLower(strings.TrimSpace(mt)) {
-		case "text/plain":
-			return true
-		case "application/json", "*/*", "application/*":
-			return false
-		}
-	}
-	return false
-}
-
-func writeJSON(w http.ResponseWriter, code int, body []byte) {
-	hdr := w.Header()
-	hdr["Content-Type"] = hdrJSON
-	hdr["Content-Length"] = contentLength(len(body))
-	w.WriteHeader(code)
-	_, _ = w.Write(body)
-}
-
-// Header values shared by every answer, so that /leader and /token
-// allocate nothing per request (net/http only reads a handler's header
-// values; Add on one of these copies it, its capacity being 1). Keys are
-// in canonical form, as Header.Set would store them.
-var (
-	hdrJSON    = []string{"application/json"}
-	hdrText    = []string{"text/plain; charset=utf-8"}
-	hdrNoStore = []string{"no-store"}
-)
-
-// contentLengths caches the Content-Length values of short bodies.
-var contentLengths [1024]atomic.Pointer[[]string]
-
-func contentLength(n int) []string {
-	if n >= len(contentLengths) {
-		return []string{strconv.Itoa(n)}
-	}
-	if v := contentLengths[n].Load(); v != nil {
-		return *v
-	}
-	v := []string{strconv.Itoa(n)}
-	contentLengths[n].Store(&v)
-	return v
-}
-
-// bodies are the buffers answers are encoded into; w.Write copies them.
-var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
-
-func getBody() *[]byte { return bodies.Get().(*[]byte) }
-
-func putBody(b *[]byte) {
-	if cap(*b) > 4<<10 {
-		return // an unusually long answer: do not keep its buffer
-	}
-	*b = (*b)[:0]
-	bodies.Put(b)
-}
-
-// writeError writes {"error": msg}.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	resp := ErrorResponse{Error: msg}
-	writeJSON(w, code, append(resp.appendJSON(make([]byte, 0, 128)), '\n'))
 }
