@@ -7,19 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
@@ -31,27 +27,6 @@ import (
 
 // shutdownTimeout bounds the HTTP servers' graceful stop after the release.
 const shutdownTimeout = 400 * time.Millisecond
-
-// NewLogger returns the process logger and routes client-go's klog into it.
-func NewLogger(c *Config, w *os.File) *slog.Logger {
-	level, _ := parseLevel(c.LogLevel)
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(w, opts)
-	if c.LogFormat == "json" {
-		h = slog.NewJSONHandler(w, opts)
-	}
-	l := slog.New(h)
-	klog.SetLogger(logr.FromSlogHandler(h.WithAttrs([]slog.Attr{slog.String("logger", "client-go")})))
-	return l
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil || !map[string]bool{"debug": true, "info": true, "warn": true, "error": true}[strings.ToLower(s)] {
-		return 0, fmt.Errorf("--log-level %q: must be debug, info, warn or error", s)
-	}
-	return l, nil
-}
 
 // RestConfig loads the kubeconfig file, or the in-cluster config without
 // one, with the client-side rate limit of --kube-api-qps and

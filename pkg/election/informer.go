@@ -39,12 +39,14 @@ func (e *Elector) startInformer(ctx context.Context) error {
 
 func (e *Elector) listWatch() cache.ListerWatcher {
 	selector := "metadata.name=" + e.cfg.Name
+	warn := newAPIWarnings(e.log, e.clock, e.cfg.LeaseDuration) // warnlog.go
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
 			l, err := e.leases.List(ctx, opts)
 			if err != nil {
 				e.metrics.apiError("list")
+				warn.failed("list", err)
 			}
 			return l, err
 		},
@@ -53,6 +55,7 @@ func (e *Elector) listWatch() cache.ListerWatcher {
 			w, err := e.leases.Watch(ctx, opts)
 			if err != nil {
 				e.metrics.apiError("watch")
+				warn.failed("watch", err)
 			}
 			return w, err
 		},
