@@ -10,9 +10,11 @@
 // prove its term is safe, the election loop is not running, or too many
 // watchers).
 //
+// The package imports no k8s.io module: the wire types are pkg/api's.
+//
 // A typical worker fences every write with the token it started with:
 //
-//	c, err := client.New("") // http://127.0.0.1:4040
+//	c, err := client.FromEnv() // $ELECTOR_URL, as the chart sets it; else http://127.0.0.1:4040
 //	...
 //	tok, err := c.Token(ctx)
 //	if errors.Is(err, client.ErrNotLeader) {
@@ -21,7 +23,8 @@
 //	...
 //	err = fence.Do(ctx, resource, tok.Fencing(), holder, write)
 //
-// See Example for a complete program.
+// RunWhileLeading runs work under a context that ends when this pod's term
+// does (client-go's OnStartedLeading). See Example for a complete program.
 package client
 
 import (
@@ -35,20 +38,18 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
+	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
-	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
 
 // DefaultURL is the sidecar's local API in the default configuration.
-const DefaultURL = "http://127.0.0.1:4040"
+const DefaultURL = api.DefaultURL
 
 // Defaults of the options.
 const (
 	// DefaultTimeout bounds Leader, Token and Release (a POST /release may
-	// take up to localapi.ReleaseTimeout on the sidecar).
-	DefaultTimeout = localapi.ReleaseTimeout + 5*time.Second
+	// take up to api.ReleaseTimeout on the sidecar).
+	DefaultTimeout = api.ReleaseTimeout + 5*time.Second
 	// DefaultLongPollWait is the wait= of each GET /leader long-poll
 	// Watch makes when the sidecar has no /watch.
 	DefaultLongPollWait = 30 * time.Second
@@ -57,14 +58,9 @@ const (
 	DefaultPollInterval = time.Second
 	// DefaultIdleTimeout: a /watch stream that sends nothing (no event, no
 	// heartbeat) for this long is dropped and reconnected. The sidecar
-	// sends a heartbeat every localapi.DefaultHeartbeat.
-	DefaultIdleTimeout = 3 * localapi.DefaultHeartbeat
+	// sends a heartbeat every api.DefaultHeartbeat.
+	DefaultIdleTimeout = 3 * api.DefaultHeartbeat
 )
-
-// DefaultBackoff is the pause between Watch's reconnections: 100ms,
-// doubling up to 5s, with 10% jitter. It starts over once a connection
-// delivers an answer.
-var DefaultBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 5 * time.Second}
 
 // maxBody bounds the bytes read from one answer or one event.
 const maxBody = 64 << 10
@@ -121,7 +117,7 @@ func (e *StatusError) Is(target error) bool {
 
 // Token is GET /token's answer.
 type Token struct {
-	localapi.TokenResponse
+	api.TokenResponse
 	// Deadline is when the token stops being safe to use, at the earliest:
 	// the instant the request was sent plus ExpiresInMs. It carries a
 	// monotonic clock reading; check it with time.Until.
@@ -141,7 +137,7 @@ type Client struct {
 	longPollWait time.Duration
 	pollInterval time.Duration
 	idleTimeout  time.Duration
-	backoff      wait.Backoff
+	backoff      Backoff
 	onError      func(error)
 }
 
@@ -173,23 +169,20 @@ func WithTimeout(d time.Duration) Option {
 
 // WithBackoff sets the pause between Watch's reconnections (default
 // DefaultBackoff). A zero Duration keeps the default.
-func WithBackoff(b wait.Backoff) Option {
+func WithBackoff(b Backoff) Option {
 	return func(c *Client) {
 		if b.Duration > 0 {
-			if b.Steps <= 0 {
-				b.Steps = 1 << 30
-			}
 			c.backoff = b
 		}
 	}
 }
 
 // WithLongPollWait sets the wait= of Watch's long-polls (default
-// DefaultLongPollWait, at most localapi.MaxWait); d <= 0 keeps the default.
+// DefaultLongPollWait, at most api.MaxWait); d <= 0 keeps the default.
 func WithLongPollWait(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {
-			c.longPollWait = min(d, localapi.MaxWait)
+			c.longPollWait = min(d, api.MaxWait)
 		}
 	}
 }
@@ -254,10 +247,10 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 func (c *Client) URL() string { return c.base }
 
 // Leader reads GET /leader: the election as this pod's sidecar sees it.
-func (c *Client) Leader(ctx context.Context) (localapi.LeaderResponse, error) {
+func (c *Client) Leader(ctx context.Context) (api.LeaderResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	var r localapi.LeaderResponse
+	var r api.LeaderResponse
 	resp, err := c.do(ctx, http.MethodGet, "/leader", "", nil)
 	if err != nil {
 		return r, err
@@ -298,14 +291,14 @@ func (c *Client) Token(ctx context.Context) (Token, error) {
 // Release posts /release: this pod stops leading (its token stops at once)
 // and frees the Lease; it stays a candidate. With d > 0 it posts
 // /release?for=d instead: it also stays out of the election for d (at most
-// localapi.MaxReleaseFor). A follower's release succeeds and changes
+// api.MaxReleaseFor). A follower's release succeeds and changes
 // nothing.
 func (c *Client) Release(ctx context.Context, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("release for %v: must not be negative", d)
 	}
-	if d > localapi.MaxReleaseFor {
-		return fmt.Errorf("release for %v: must be at most %v", d, localapi.MaxReleaseFor)
+	if d > api.MaxReleaseFor {
+		return fmt.Errorf("release for %v: must be at most %v", d, api.MaxReleaseFor)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -356,7 +349,7 @@ func checkStatus(resp *http.Response, path string, ok ...int) error {
 	}
 	e := &StatusError{Method: resp.Request.Method, Path: path, StatusCode: resp.StatusCode}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	var nl localapi.NotLeaderResponse
+	var nl api.NotLeaderResponse
 	if err := json.Unmarshal(body, &nl); err == nil && nl.Error != "" {
 		e.Message, e.Holder = nl.Error, nl.Holder
 	} else {

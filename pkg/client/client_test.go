@@ -173,7 +173,7 @@ func (sc *sidecar) etag(t *testing.T) string {
 }
 
 // fastBackoff keeps the tests' reconnections quick.
-var fastBackoff = wait.Backoff{Duration: time.Millisecond, Factor: 2, Cap: 20 * time.Millisecond}
+var fastBackoff = client.Backoff{Duration: time.Millisecond, Factor: 2, Cap: 20 * time.Millisecond}
 
 func newClient(t *testing.T, url string, opts ...client.Option) *client.Client {
 	t.Helper()

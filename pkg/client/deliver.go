@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 )
 
 // The side of Watch that calls fn: it takes the newest state the reader
@@ -14,26 +14,26 @@ import (
 // received is a state and the instant until which it holds when it says
 // isLeader:true (its expiresInMs from when it was requested or read).
 type received struct {
-	r     localapi.LeaderResponse
+	r     api.LeaderResponse
 	until time.Time
 }
 
 // testHookReceived, when set (tests), is called with every state the reader
 // hands over, after it is pending.
-var testHookReceived func(localapi.LeaderResponse)
+var testHookReceived func(api.LeaderResponse)
 
 // IsUnknown reports whether r is the unknown state Watch gives fn when the
 // sidecar no longer vouches for the last isLeader:true it sent: not leading,
 // not ready, nothing known of the holder.
-func IsUnknown(r localapi.LeaderResponse) bool {
+func IsUnknown(r api.LeaderResponse) bool {
 	return !r.IsLeader && !r.Ready && r.NotCandidate == Unknown
 }
 
 // Unknown is the notCandidate of the unknown state Watch gives fn.
 const Unknown = "unknown: the sidecar has not vouched for this state in time"
 
-func unknownOf(r localapi.LeaderResponse) localapi.LeaderResponse {
-	return localapi.LeaderResponse{Identity: r.Identity, Lease: r.Lease, NotCandidate: Unknown}
+func unknownOf(r api.LeaderResponse) api.LeaderResponse {
+	return api.LeaderResponse{Identity: r.Identity, Lease: r.Lease, NotCandidate: Unknown}
 }
 
 // take returns the pending state, if any.
@@ -62,7 +62,7 @@ func (w *watcher) serve(ctx context.Context) {
 	var (
 		timer  *time.Timer
 		expiry <-chan time.Time
-		given  localapi.LeaderResponse // the last state fn was given
+		given  api.LeaderResponse // the last state fn was given
 	)
 	stop := func() {
 		if timer != nil {

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 )
 
 // Watch calls fn with the sidecar's state (GET /leader's body) at once and
@@ -45,7 +45,7 @@ import (
 // (WithPollInterval); a long-poll that answers 304 before its wait is over
 // (a proxy, an old sidecar) is followed by a pause of the poll interval. Every
 // error Watch recovers from goes to the error handler (WithErrorHandler).
-func (c *Client) Watch(ctx context.Context, fn func(localapi.LeaderResponse)) error {
+func (c *Client) Watch(ctx context.Context, fn func(api.LeaderResponse)) error {
 	if fn == nil {
 		return errors.New("client.Watch: fn is nil")
 	}
@@ -73,7 +73,7 @@ const (
 
 type watcher struct {
 	c  *Client
-	fn func(localapi.LeaderResponse)
+	fn func(api.LeaderResponse)
 
 	// The reader (run) hands the newest state to fn's goroutine (serve)
 	// through pending; wake has a value while pending is new.
@@ -83,7 +83,7 @@ type watcher struct {
 	// state given to fn since was unknown), seen its body when the sidecar
 	// sends no ETag.
 	last    string
-	seen    *localapi.LeaderResponse
+	seen    *api.LeaderResponse
 	pending *received
 	// early304: the last long-poll answered 304 before its wait was over.
 	early304 bool
@@ -155,7 +155,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // deliver hands fn's goroutine the state r with ETag etag, read in answer
 // to a request sent (or an event read) at anchor, unless it is the state
 // last received.
-func (w *watcher) deliver(r *localapi.LeaderResponse, etag string, anchor time.Time) {
+func (w *watcher) deliver(r *api.LeaderResponse, etag string, anchor time.Time) {
 	if testHookReceived != nil {
 		defer testHookReceived(*r)
 	}
@@ -190,7 +190,7 @@ func (w *watcher) lastETag() string {
 	return w.last
 }
 
-func sameState(a, b *localapi.LeaderResponse) bool {
+func sameState(a, b *api.LeaderResponse) bool {
 	x, y := *a, *b
 	x.AppHealthy, y.AppHealthy = nil, nil
 	return x == y && (a.AppHealthy == nil) == (b.AppHealthy == nil) &&
@@ -260,7 +260,7 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 		}
 		if len(line) == 0 { // the end of an event: dispatch it
 			if event == "leader" && len(data) > 0 {
-				var r localapi.LeaderResponse
+				var r api.LeaderResponse
 				if err := json.Unmarshal(data, &r); err != nil {
 					return true, fmt.Errorf("GET /watch: the event's data is not the expected JSON (%w): %q", err, data[:min(len(data), 200)])
 				}
@@ -366,7 +366,7 @@ func (w *watcher) poll(ctx context.Context) (answered bool, err error) {
 
 // answer gives fn a 200 of GET /leader, requested at sent.
 func (w *watcher) answer(resp *http.Response, sent time.Time) error {
-	var r localapi.LeaderResponse
+	var r api.LeaderResponse
 	if err := decode(resp, "/leader", &r); err != nil {
 		return err
 	}

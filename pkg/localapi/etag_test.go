@@ -140,7 +140,7 @@ func TestLeaderETagIsAFunctionOfTheBody(t *testing.T) {
 		if strings.HasPrefix(r.NotCandidate, "released for ") {
 			r.NotCandidate = "released for (counting down)"
 		}
-		key := string(r.appendJSON(nil)) + " " + s.ValidUntil.String()
+		key := string(r.AppendJSON(nil)) + " " + s.ValidUntil.String()
 		tag := leaderETag(&s, app, 0)
 		if prev, ok := tagOf[key]; ok && prev != tag {
 			t.Fatalf("body %s has two ETags %s and %s", key, prev, tag)

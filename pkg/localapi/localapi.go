@@ -32,6 +32,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
 
@@ -49,7 +50,7 @@ type Elector interface {
 var _ Elector = (*election.Elector)(nil)
 
 // ReleaseTimeout bounds a POST /release.
-const ReleaseTimeout = 10 * time.Second
+const ReleaseTimeout = api.ReleaseTimeout
 
 // Slow-client defences of NewServer's server and of the handler. A client
 // that sends its headers slowly is cut off after ReadHeaderTimeout, one that
@@ -71,11 +72,11 @@ const (
 // Limits and defaults of the push endpoints and of POST /release?for=.
 const (
 	// MaxWait caps GET /leader?wait=; a longer wait is a 400.
-	MaxWait = 5 * time.Minute
+	MaxWait = api.MaxWait
 	// MaxReleaseFor caps POST /release?for=; a longer time out is a 400.
-	MaxReleaseFor = 24 * time.Hour
+	MaxReleaseFor = api.MaxReleaseFor
 	// DefaultHeartbeat is the interval of /watch's ": heartbeat" comments.
-	DefaultHeartbeat = 15 * time.Second
+	DefaultHeartbeat = api.DefaultHeartbeat
 	// DefaultMaxWaiters bounds the /watch streams and waiting long-polls
 	// served at once; one more gets a 503 with Retry-After.
 	DefaultMaxWaiters = 1024
@@ -316,7 +317,7 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 			msg = "not the leader: nobody holds the lease"
 		}
 		resp := NotLeaderResponse{Error: msg, Holder: s.Holder}
-		writeJSON(w, http.StatusConflict, append(resp.appendJSON(make([]byte, 0, 128)), '\n'))
+		writeJSON(w, http.StatusConflict, append(resp.AppendJSON(make([]byte, 0, 128)), '\n'))
 		return
 	}
 	buf := getBody()
@@ -329,7 +330,7 @@ func (h *Handler) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := newTokenResponse(&s)
-	*buf = append(resp.appendJSON(*buf), '\n')
+	*buf = append(resp.AppendJSON(*buf), '\n')
 	writeJSON(w, http.StatusOK, *buf)
 }
 
@@ -355,8 +356,8 @@ func (h *Handler) readyz(w http.ResponseWriter, _ *http.Request) {
 
 // The constant bodies of /healthz and /readyz.
 var (
-	healthOK    = append((&HealthResponse{Status: "ok"}).appendJSON(nil), '\n')
-	healthReady = append((&HealthResponse{Status: "ready"}).appendJSON(nil), '\n')
+	healthOK    = append((&HealthResponse{Status: "ok"}).AppendJSON(nil), '\n')
+	healthReady = append((&HealthResponse{Status: "ready"}).AppendJSON(nil), '\n')
 )
 
 // view is what GET /leader and /watch serve, read at one instant.
@@ -383,5 +384,5 @@ func (v *view) etag() string { return leaderETag(&v.s, v.app, v.releases) }
 
 func (v *view) appendJSON(b []byte) []byte {
 	r := newLeaderResponse(&v.s, v.app)
-	return r.appendJSON(b)
+	return r.AppendJSON(b)
 }

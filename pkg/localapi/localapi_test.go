@@ -239,15 +239,6 @@ func TestMetricsOnly(t *testing.T) {
 	}
 }
 
-func TestAppendStringEscapes(t *testing.T) {
-	for _, s := range []string{"plain", `quo"te`, "back\\slash", "tab\t", "ünï", "<tag>&", ""} {
-		var got string
-		if err := json.Unmarshal(appendString(nil, s), &got); err != nil || got != s {
-			t.Fatalf("appendString(%q) = %s (%v)", s, appendString(nil, s), err)
-		}
-	}
-}
-
 func TestServerHasTimeouts(t *testing.T) {
 	s := NewServer("127.0.0.1:0", NewHandler(&fakeElector{}, nil))
 	if s.ReadHeaderTimeout == 0 || s.ReadTimeout == 0 || s.WriteTimeout == 0 || s.IdleTimeout == 0 || s.MaxHeaderBytes == 0 {

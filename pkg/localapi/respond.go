@@ -79,5 +79,5 @@ func putBody(b *[]byte) {
 // writeError writes {"error": msg}.
 func writeError(w http.ResponseWriter, code int, msg string) {
 	resp := ErrorResponse{Error: msg}
-	writeJSON(w, code, append(resp.appendJSON(make([]byte, 0, 128)), '\n'))
+	writeJSON(w, code, append(resp.AppendJSON(make([]byte, 0, 128)), '\n'))
 }

@@ -26,7 +26,7 @@ func stdJSON(t testing.TB, v any) []byte {
 	return buf.Bytes()
 }
 
-type appender interface{ appendJSON([]byte) []byte }
+type appender interface{ AppendJSON([]byte) []byte }
 
 // checkRoundTrip: the hand-written encoder writes v byte for byte as
 // encoding/json does, and decoding that gives v back.
@@ -35,7 +35,7 @@ func checkRoundTrip[T any, P interface {
 	appender
 }](t testing.TB, v T) bool {
 	t.Helper()
-	got := append(P(&v).appendJSON(nil), '\n')
+	got := append(P(&v).AppendJSON(nil), '\n')
 	want := stdJSON(t, v)
 	if !bytes.Equal(got, want) {
 		t.Errorf("%T %+v:\n got %s\nwant %s", v, v, got, want)
@@ -285,9 +285,9 @@ func TestEncodersDoNotAllocate(t *testing.T) {
 	tok := TokenResponse{Token: 5, Lease: "team/billing", LeaseUID: "4f0c0000-1111-2222-3333-444455556666", ExpiresInMs: 14213}
 	nl := NotLeaderResponse{Error: "not the leader", Holder: "billing-7d9c-abcde"}
 	n := testing.AllocsPerRun(100, func() {
-		buf = l.appendJSON(buf[:0])
-		buf = tok.appendJSON(buf[:0])
-		buf = nl.appendJSON(buf[:0])
+		buf = l.AppendJSON(buf[:0])
+		buf = tok.AppendJSON(buf[:0])
+		buf = nl.AppendJSON(buf[:0])
 	})
 	if n != 0 {
 		t.Fatalf("%v allocations per run, want 0", n)
