@@ -102,6 +102,7 @@ type Handler struct {
 	writeTimeout time.Duration
 	waiters      atomic.Int64 // streams and long-polls being served
 	etags        atomic.Pointer[etagCache]
+	events       eventCache // the newest /watch event, shared by the streams
 	// releases counts POST /release calls: the ETag of a "released for"
 	// state covers it, so extending a time out changes the ETag.
 	releases atomic.Int64

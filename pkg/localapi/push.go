@@ -216,20 +216,22 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
 	last := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	ticker := h.clock.NewTicker(h.heartbeat)
 	defer ticker.Stop()
-	buf := make([]byte, 0, 512)
+	var tail [40]byte // `,"expiresInMs":<n>}` and the blank line
 	for closed := false; ; {
 		ch := h.el.Changed()
+		at := h.clock.Now()
 		v := h.view()
-		if tag := v.etag(); tag != last {
-			buf = append(buf[:0], "id: "...)
-			buf = append(buf, tag...)
-			buf = append(buf, "\nevent: leader\ndata: "...)
-			buf = v.appendJSON(buf)
-			buf = append(buf, "\n\n"...)
-			if !write(buf) {
+		if f := h.event(&v, at); f.tag != last {
+			// The shared head, then this stream's tail: both go into the
+			// connection's buffer, and one flush sends them.
+			_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
+			if _, err := w.Write(f.head); err != nil {
 				return
 			}
-			last = tag
+			if !write(f.appendTail(tail[:0], h.clock.Now())) {
+				return
+			}
+			last = f.tag
 		}
 		if closed {
 			return
