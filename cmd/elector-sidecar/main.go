@@ -32,6 +32,10 @@ func main() {
 		return
 	}
 	log := sidecar.NewLogger(cfg, os.Stderr)
+	// Works, but probably a mistake: a misspelt ELECTOR_* variable, -flag.
+	for _, w := range sidecar.Warnings(os.Args[1:], sidecar.OSEnv) {
+		log.Warn(w)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := sidecar.Run(ctx, cfg, log); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -101,10 +102,10 @@ func TestParse(t *testing.T) {
 		}},
 		{name: "missing lease name", host: "h", wantErr: "--lease-name is required"},
 		{name: "no identity", args: []string{"--lease-name=l"}, wantErr: "--identity is empty"},
-		{name: "unknown flag", args: []string{"--leese-name=l"}, wantErr: "flag provided but not defined: -leese-name"},
+		{name: "unknown flag", args: []string{"--leese-name=l"}, wantErr: "unknown flag --leese-name: did you mean --lease-name? elector-sidecar --help lists every flag", exact: true},
 		{name: "stray argument", args: []string{"--lease-name=l", "extra"}, host: "h", wantErr: `unexpected argument "extra"`},
-		{name: "bad duration flag", args: []string{"--lease-name=l", "--lease-duration=soon"}, host: "h", wantErr: `invalid value "soon" for flag -lease-duration`},
-		{name: "bad duration env", env: map[string]string{"ELECTOR_RETRY_PERIOD": "x"}, wantErr: `invalid value "x" for ELECTOR_RETRY_PERIOD (--retry-period)`},
+		{name: "bad duration flag", args: []string{"--lease-name=l", "--lease-duration=soon"}, host: "h", wantErr: `invalid value "soon" for --lease-duration: want a duration like 15s (a number with a unit: ms, s, m, h)`, exact: true},
+		{name: "bad duration env", env: map[string]string{"ELECTOR_RETRY_PERIOD": "x"}, wantErr: `invalid value "x" for ELECTOR_RETRY_PERIOD (--retry-period): want a duration like 2s`},
 		{name: "lease not above deadline", args: []string{"--lease-name=l", "--lease-duration=10s"}, host: "h", wantErr: "--lease-duration 10s: must be greater than renew deadline 10s", exact: true, path: "leaseDuration"},
 		{name: "deadline vs retry", args: []string{"--lease-name=l", "--retry-period=9s"}, host: "h", wantErr: "--renew-deadline 10s: must be greater than 1.2 x retry period 9s", path: "renewDeadline"},
 		{name: "margin too big", args: []string{"--lease-name=l", "--clock-skew-margin=14s"}, host: "h", wantErr: "--clock-skew-margin 14s", path: "clockSkewMargin"},
@@ -175,7 +176,7 @@ func TestParse(t *testing.T) {
 		{name: "app health url from env", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_APP_HEALTH_URL": "http://example.com:80/healthz"}, host: "h", wantErr: `--app-health-url "http://example.com:80/healthz"`},
 		{name: "app health period zero", args: []string{"--lease-name=l", "--app-health-period=0"}, host: "h", wantErr: "--app-health-period 0s: must be positive", exact: true},
 		{name: "app health period negative", args: []string{"--lease-name=l", "--app-health-period=-2s"}, host: "h", wantErr: "--app-health-period -2s: must be positive"},
-		{name: "app health period not a duration", args: []string{"--lease-name=l", "--app-health-period=2"}, host: "h", wantErr: `invalid value "2" for flag -app-health-period`},
+		{name: "app health period not a duration", args: []string{"--lease-name=l", "--app-health-period=2"}, host: "h", wantErr: `invalid value "2" for --app-health-period: want a duration like 2s`},
 		{name: "app health timeout zero", args: []string{"--lease-name=l", "--app-health-timeout=0s"}, host: "h", wantErr: "--app-health-timeout 0s: must be positive"},
 		{name: "app health timeout equals period", args: []string{"--lease-name=l", "--app-health-timeout=2s"}, host: "h", wantErr: "--app-health-timeout 2s: must be less than --app-health-period 2s", exact: true},
 		{name: "app health timeout above period from env", args: []string{"--lease-name=l"}, env: map[string]string{"ELECTOR_APP_HEALTH_PERIOD": "500ms"}, host: "h", wantErr: "--app-health-timeout 1s: must be less than --app-health-period 500ms"},
@@ -183,7 +184,7 @@ func TestParse(t *testing.T) {
 		{name: "app health failure threshold negative", args: []string{"--lease-name=l", "--app-health-failure-threshold=-1"}, host: "h", wantErr: "--app-health-failure-threshold -1: must be at least 1"},
 		{name: "app health failure threshold not a number", env: map[string]string{"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "three"}, wantErr: `invalid value "three" for ELECTOR_APP_HEALTH_FAILURE_THRESHOLD (--app-health-failure-threshold)`},
 		{name: "app health success threshold zero", args: []string{"--lease-name=l", "--app-health-success-threshold=0"}, host: "h", wantErr: "--app-health-success-threshold 0: must be at least 1", exact: true},
-		{name: "app health success threshold not a number", args: []string{"--lease-name=l", "--app-health-success-threshold=1.5"}, host: "h", wantErr: `invalid value "1.5" for flag -app-health-success-threshold`},
+		{name: "app health success threshold not a number", args: []string{"--lease-name=l", "--app-health-success-threshold=1.5"}, host: "h", wantErr: `invalid value "1.5" for --app-health-success-threshold: want a whole number like 1`},
 		{name: "leader label: the chart's key", args: []string{"--lease-name=l", "--leader-label=elector-sidecar.io/leader"}, host: "h", check: func(t *testing.T, c *Config) {
 			if c.LeaderLabel != "elector-sidecar.io/leader" {
 				t.Fatalf("leader label %q", c.LeaderLabel)
@@ -258,8 +259,8 @@ func TestParse(t *testing.T) {
 			}
 		}},
 		{name: "shutdown handoff unknown", args: []string{"--lease-name=l", "--shutdown-handoff=later"}, host: "h", wantErr: `--shutdown-handoff later: supported values: "after-validity", "immediate"`, exact: true, path: "shutdownHandoff"},
-		{name: "expected candidates not an integer", args: []string{"--lease-name=l", "--expected-candidates=three"}, host: "h", wantErr: `invalid value "three" for flag -expected-candidates`},
-		{name: "kube api burst not an integer", args: []string{"--lease-name=l", "--kube-api-burst=1.5"}, host: "h", wantErr: `invalid value "1.5" for flag -kube-api-burst`},
+		{name: "expected candidates not an integer", args: []string{"--lease-name=l", "--expected-candidates=three"}, host: "h", wantErr: `invalid value "three" for --expected-candidates: want a whole number like 0`},
+		{name: "kube api burst not an integer", args: []string{"--lease-name=l", "--kube-api-burst=1.5"}, host: "h", wantErr: `invalid value "1.5" for --kube-api-burst: want a whole number like 100`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -299,8 +300,13 @@ func TestParseHelp(t *testing.T) {
 		t.Fatalf("Parse(-h) = %v, want flag.ErrHelp", err)
 	}
 	for _, f := range Flags {
-		if !strings.Contains(out.String(), "-"+f.name) {
-			t.Errorf("usage does not mention -%s", f.name)
+		if !strings.Contains(out.String(), "--"+f.name+" ") || !strings.Contains(out.String(), "[$"+f.env+"]") {
+			t.Errorf("usage does not list --%s with [$%s]", f.name, f.env)
+		}
+	}
+	for _, a := range Aliases {
+		if !strings.Contains(out.String(), "--"+a.name) {
+			t.Errorf("usage does not list the alias --%s", a.name)
 		}
 	}
 }
@@ -365,7 +371,7 @@ func badElectionConfigs(t *testing.T) []election.Config {
 // flag exists.
 func TestElectionFieldsHaveFlags(t *testing.T) {
 	registered := map[string]bool{}
-	newFlagSet(&Config{}).VisitAll(func(f *flag.Flag) { registered[f.Name] = true })
+	newFlagSet(&Config{}).VisitAll(func(f *pflag.Flag) { registered[f.Name] = true })
 	for path, name := range electionFlags {
 		if !registered[name] {
 			t.Errorf("electionFlags maps %s to --%s, which Parse does not register", path, name)

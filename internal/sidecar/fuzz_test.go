@@ -146,9 +146,9 @@ func TestUsageErrorsAreOneLineWhateverTheArguments(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{args: []string{"-\n"}, want: `flag provided but not defined: -\n`},
-		{args: []string{"--lease-name=l", "--a\r\nb=1"}, want: `flag provided but not defined: -a\r\nb`},
-		{args: []string{"---x\u2028y"}, want: `bad flag syntax: ---x\u2028y`},
+		{args: []string{"-\n"}, want: `unknown flag -\n: `},
+		{args: []string{"--lease-name=l", "--a\r\nb=1"}, want: `unknown flag --a\r\nb: `},
+		{args: []string{"---x\u2028y"}, want: `bad flag syntax ---x\u2028y: `},
 		{args: []string{"--lease-name=l", "extra\nline"}, want: `unexpected argument "extra\nline"`},
 		{env: map[string]string{"ELECTOR_RETRY_PERIOD": "1\n2"}, want: `invalid value "1\n2" for ELECTOR_RETRY_PERIOD`},
 	} {

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"flag"
 	"os"
 	"regexp"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
@@ -47,9 +47,18 @@ func readmeFlags(t *testing.T) map[string]readmeFlag {
 	section := readmeSection(t, "Flags")
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| (`[A-Z0-9_]+`)? *\\| ([^|]*?) *\\| [^|]*\\|$")
 	rows := map[string]readmeFlag{}
+	inTable := false
 	for _, line := range strings.Split(section, "\n") {
-		// Every table row but the header and its separator is a flag.
-		if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "| flag |") || strings.HasPrefix(line, "| ---") {
+		// Every row of the "| flag |" table but its separator is a flag
+		// (the aliases have a table of their own).
+		if strings.HasPrefix(line, "| flag |") {
+			inTable = true
+			continue
+		}
+		if !strings.HasPrefix(line, "|") {
+			inTable = false
+		}
+		if !inTable || strings.HasPrefix(line, "| ---") {
 			continue
 		}
 		m := row.FindStringSubmatch(line)
@@ -79,7 +88,10 @@ func TestReadmeListsEveryFlag(t *testing.T) {
 	}
 	fs := newFlagSet(&Config{})
 	registered := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return // an alias (TestReadmeListsEveryAlias)
+		}
 		registered[f.Name] = true
 		r, ok := rows[f.Name]
 		if !ok {
@@ -243,5 +255,50 @@ func TestReadmeLeaderOnlyRoutingSection(t *testing.T) {
 	}
 	if len(mfs) == 0 {
 		t.Error("the labeler registered no metrics")
+	}
+}
+
+// TestReadmeListsEveryAlias: the README's alias table lists exactly
+// Aliases, each with its flag.
+func TestReadmeListsEveryAlias(t *testing.T) {
+	section := readmeSection(t, "Flags")
+	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| `--([a-z0-9-]+)` \\| ([^|]+?) \\|$")
+	rows := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			rows[m[1]] = m[2]
+		}
+	}
+	for _, a := range Aliases {
+		if of, ok := rows[a.name]; !ok || of != a.of {
+			t.Errorf("README alias table: --%s maps to %q, want --%s", a.name, of, a.of)
+		}
+		delete(rows, a.name)
+	}
+	for name := range rows {
+		t.Errorf("README lists the alias --%s, which Parse does not register", name)
+	}
+}
+
+// TestReadmeHintAndWarningExamples: the Flags section's example of a hint
+// is what the binary prints, and its example warning is what Warnings says.
+func TestReadmeHintAndWarningExamples(t *testing.T) {
+	section := strings.Join(strings.Fields(readmeSection(t, "Flags")), " ")
+	m := regexp.MustCompile("`(elector-sidecar: invalid value [^`]*)`").FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("README's Flags section has no `elector-sidecar: invalid value ...` example")
+	}
+	_, err := Parse([]string{"--lease-name=l", "--lease-duration=15"}, testEnv(nil, "", "h"), nil)
+	if got := "elector-sidecar: " + err.Error(); got != m[1] {
+		t.Errorf("binary prints %q, README says %q", got, m[1])
+	}
+	m = regexp.MustCompile("`(ELECTOR_[A-Z_]+)( is set but no flag reads it[^`]*)`").FindStringSubmatch(section)
+	if m == nil {
+		t.Fatal("README's Flags section has no `ELECTOR_... is set but no flag reads it` example")
+	}
+	env := testEnv(nil, "", "h")
+	env.Environ = func() []string { return []string{m[1] + "=x"} }
+	if w := Warnings(nil, env); len(w) != 1 || w[0] != m[1]+m[2] {
+		t.Errorf("Warnings for %s = %q, README says %q", m[1], w, m[1]+m[2])
 	}
 }

@@ -43,6 +43,13 @@ func TestInvalidFlagsExit2(t *testing.T) {
 			[]string{"--metrics-address is a deprecated alias of --http-endpoint"}},
 		{"http endpoint on the local API's address", append(base[:3:3], "--http-address=127.0.0.1:4041", "--http-endpoint=127.0.0.1:4041"), nil,
 			[]string{`--http-endpoint "127.0.0.1:4041": must differ from --http-address`}},
+		{"lease duration without a unit", append(base, "--lease-duration=15"), nil,
+			[]string{`invalid value "15" for --lease-duration: want a duration like 15s`}},
+		{"misspelt flag", append(base, "--lease-durtion=15s"), nil, []string{"unknown flag --lease-durtion: did you mean --lease-duration?"}},
+		{"an alias and its flag", append(base, "--lease-duration=20s", "--leader-elect-lease-duration=20s"), nil,
+			[]string{"--lease-duration and --leader-elect-lease-duration: one setting given twice"}},
+		{"two aliases of one flag", append(base, "--leader-election-renew-deadline=5s", "--leader-elect-renew-deadline=5s"), nil,
+			[]string{"--leader-election-renew-deadline and --leader-elect-renew-deadline: one setting given twice"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,4 +152,52 @@ func TestUnreachableAPIServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// -h lists every flag with two dashes and its environment variable, and
+// the aliases; it exits 0.
+func TestHelpListsFlagsWithTheirVariables(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, arg := range []string{"-h", "--help"} {
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, env.sidecarBin, arg)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: %v\n%s", arg, err, out.String())
+		}
+		for _, want := range []string{"--lease-duration duration", "[$ELECTOR_LEASE_DURATION]", "--leader-label string", "[$ELECTOR_LEADER_LABEL]",
+			"aliases: --leader-election-lease-duration, --leader-elect-lease-duration", "--version"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s output lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+	}
+}
+
+// A misspelt ELECTOR_* variable is warned about at startup (with the
+// name it probably meant) instead of being ignored silently, and a
+// single-dash flag works with a deprecation warning.
+func TestMisspeltVariableAndSingleDashFlagAreWarned(t *testing.T) {
+	g := newGroup(t, testTimings)
+	g.Template.Env = []string{"ELECTOR_LEASE_DURATON=20s"}
+	g.Template.ExtraArgs = []string{"-log-format=json"}
+	c := g.start("speller")[0]
+	wants := []string{
+		`"level":"WARN","msg":"ELECTOR_LEASE_DURATON is set but no flag reads it: it is ignored; did you mean ELECTOR_LEASE_DURATION?"`,
+		`"level":"WARN","msg":"-log-format: single-dash flags are deprecated; use --log-format"`,
+	}
+	err := framework.Eventually(g.ctx, 100*time.Millisecond, 20*time.Second, "the startup warnings", func(context.Context) error {
+		for _, w := range wants {
+			if !strings.Contains(c.Logs(), w) {
+				return fmt.Errorf("log lacks %s; log tail:\n%s", w, c.LogTail(5))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It still elects: the warnings change nothing else.
+	g.waitLeader(startupTimeout)
 }
