@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -134,7 +136,7 @@ func parseWriter(args []string, e env, stderr io.Writer) (*writerConfig, error) 
 	c := &writerConfig{}
 	fs, help := newFlagSet("elector-demo", stderr)
 	fs.StringVar(&c.sidecar, "sidecar", "http://127.0.0.1:4040", "elector-sidecar local API (env ELECTOR_DEMO_SIDECAR)")
-	fs.StringVar(&c.store, "store", "", "where to write: configmap:<namespace>/<name>, or http://host:port of an elector-demo store (env ELECTOR_DEMO_STORE, required)")
+	fs.StringVar(&c.store, "store", "", "where to write: configmap:<namespace>/<name>, kubeobject:<namespace>/<name> (a ConfigMap fenced by the API server), or http://host:port of an elector-demo store (env ELECTOR_DEMO_STORE, required)")
 	fs.DurationVar(&c.interval, "interval", 500*time.Millisecond, "pause between attempts (env ELECTOR_DEMO_INTERVAL)")
 	fs.StringVar(&c.writer, "writer", "", "name written with each value (env ELECTOR_DEMO_WRITER; default $POD_NAME, then the hostname)")
 	fs.StringVar(&c.healthListen, "health-listen", "", "serve GET /healthz and POST /health?fail=true|false here, e.g. 127.0.0.1:8080 (env ELECTOR_DEMO_HEALTH_LISTEN; default off)")
@@ -160,7 +162,7 @@ func parseWriter(args []string, e env, stderr io.Writer) (*writerConfig, error) 
 	case c.interval <= 0:
 		return nil, usagef("--interval %v: must be positive", c.interval)
 	case c.store == "":
-		return nil, usagef("--store is required: configmap:<namespace>/<name> or http://host:port")
+		return nil, usagef("--store is required: configmap:<namespace>/<name>, kubeobject:<namespace>/<name> or http://host:port")
 	}
 	if u, err := url.Parse(c.sidecar); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usagef("--sidecar %q: want a URL like http://127.0.0.1:4040", c.sidecar)
@@ -180,12 +182,13 @@ func parseWriter(args []string, e env, stderr io.Writer) (*writerConfig, error) 
 // parseStoreSpec splits --store into ("configmap", namespace, name) or ("http", url, "").
 func parseStoreSpec(s string) (kind, a, b string, err error) {
 	switch {
-	case strings.HasPrefix(s, "configmap:"):
-		ns, name, ok := strings.Cut(strings.TrimPrefix(s, "configmap:"), "/")
+	case strings.HasPrefix(s, "configmap:") || strings.HasPrefix(s, "kubeobject:"):
+		kind, rest, _ := strings.Cut(s, ":")
+		ns, name, ok := strings.Cut(rest, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return "", "", "", usagef("--store %q: want configmap:<namespace>/<name>", s)
+			return "", "", "", usagef("--store %q: want %s:<namespace>/<name>", s, kind)
 		}
-		return "configmap", ns, name, nil
+		return kind, ns, name, nil
 	case strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://"):
 		u, err := url.Parse(s)
 		if err != nil || u.Host == "" {
@@ -193,7 +196,7 @@ func parseStoreSpec(s string) (kind, a, b string, err error) {
 		}
 		return "http", strings.TrimRight(s, "/"), "", nil
 	default:
-		return "", "", "", usagef("--store %q: want configmap:<namespace>/<name> or http://host:port", s)
+		return "", "", "", usagef("--store %q: want configmap:<namespace>/<name>, kubeobject:<namespace>/<name> or http://host:port", s)
 	}
 }
 
@@ -229,6 +232,13 @@ func newStore(spec, writer string) (fencedWriter, error) {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config for %s: %w", spec, err)
+	}
+	if kind == "kubeobject" {
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client for %s: %w", spec, err)
+		}
+		return newKubeObjectStore(dyn, a, b, writer), nil
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -336,12 +346,22 @@ func (w *writer) write(ctx context.Context, tok fencing.Token, extra string) {
 	case errors.As(err, &ste) && ste.SameValueOtherLease():
 		w.logf("result=rejected-stale token=%d highest=%d leaseUID=%s highestLeaseUID=%s%s", token, ste.Highest, ste.LeaseUID, ste.HighestLeaseUID, extra)
 	case errors.As(err, &ste):
-		w.logf("result=rejected-stale token=%d highest=%d%s", token, ste.Highest, extra)
+		w.logf("result=rejected-stale token=%d highest=%d%s%s", token, ste.Highest, apiMessage(err), extra)
 	case errors.Is(err, fencing.ErrStaleToken):
 		w.logf("result=rejected-stale token=%d%s", token, extra)
 	default:
 		w.logf("result=store-error token=%d err=%q%s", token, err.Error(), extra)
 	}
+}
+
+// apiMessage: ` apiserver="<message>"` when err carries the API server's answer (the kubeobject store's
+// rejections: the fence policy's own words), else "".
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return ""
+	}
+	return fmt.Sprintf(" apiserver=%q", status.Status().Message)
 }
 
 func orDash(s string) string {

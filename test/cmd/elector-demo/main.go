@@ -13,6 +13,11 @@
 //	--store     ELECTOR_DEMO_STORE     where to write (required):
 //	                                   configmap:<namespace>/<name>  a ConfigMap (pkg/fencing/configmapstore),
 //	                                                                 in-cluster config or $KUBECONFIG
+//	                                   kubeobject:<namespace>/<name> a ConfigMap written with server-side
+//	                                                                 apply through pkg/fencing/kubeobject: the
+//	                                                                 API server's fence (the chart's fence.*)
+//	                                                                 judges the token; a rejection's log line
+//	                                                                 carries its message (apiserver="...")
 //	                                   http://host:port              a fenced HTTP store (elector-demo store)
 //	--interval  ELECTOR_DEMO_INTERVAL  pause between attempts (default 500ms)
 //	--writer    ELECTOR_DEMO_WRITER    name written with each value (default $POD_NAME, then the hostname)
