@@ -14,6 +14,11 @@
 #   ELECTOR_E2E_RELEASE_DIR      test a release instead (`make release` output, e.g. _output/release/0.2.0): its
 #                                images for this machine's architecture and its packaged chart; VERSION is the
 #                                directory's name
+#   ELECTOR_E2E_RELEASE_BUILD=0  without ELECTOR_E2E_RELEASE_DIR, this script also runs `make release` of the
+#                                committed tree (HEAD) for this machine's architecture only (hack/release.sh with
+#                                ARCHES=$(go env GOARCH), the chart's version, into _output/e2e/release/) and the
+#                                README's values-file test installs that packaged chart with that release's images;
+#                                0 skips the build (that test then installs the checkout's chart, and says so)
 #   ELECTOR_E2E_TIMEOUT          go test -timeout (default 30m)
 #   ELECTOR_E2E_REUSE_CLUSTER=1  run against a local cluster that is already up (import the image into it)
 #                                and leave it running; without it, a running cluster is an error
@@ -126,6 +131,24 @@ else
   phase "images"
 fi
 
+# 1a. The release under test: with ELECTOR_E2E_RELEASE_DIR, the one given; else `make release` of HEAD for this
+# machine's architecture only (the build cache of step 1 makes it cheap), unless ELECTOR_E2E_RELEASE_BUILD=0.
+REL_IMAGE="" REL_DEMO_IMAGE="" REL_CHART="" REL_TARS=""
+if [[ -n $RELEASE_DIR ]]; then
+  REL_IMAGE="$IMAGE_REPO:$VERSION" REL_DEMO_IMAGE="$DEMO_REPO:$VERSION" REL_CHART="$ELECTOR_E2E_CHART"
+elif [[ "${ELECTOR_E2E_RELEASE_BUILD:-1}" != 0 ]]; then
+  rel="$(git show HEAD:charts/elector-sidecar/Chart.yaml | sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p')"
+  [[ -n $rel ]] || die "no version in charts/elector-sidecar/Chart.yaml at HEAD"
+  rel_arch="$(go env GOARCH)"
+  rel_dir="$ELECTOR_ROOT/_output/e2e/release/$rel"
+  log "make release VERSION=$rel of HEAD for linux/$rel_arch only, into $rel_dir"
+  ARCHES="$rel_arch" VERSION="$rel" OUT_DIR="$rel_dir" step hack/release.sh >/dev/null
+  REL_IMAGE="ghcr.io/elector-sidecar/elector-sidecar:$rel" REL_DEMO_IMAGE="ghcr.io/elector-sidecar/elector-demo:$rel"
+  REL_CHART="$rel_dir/elector-sidecar-$rel.tgz"
+  REL_TARS="$rel_dir/elector-sidecar-image-$rel-linux-$rel_arch.oci.tar $rel_dir/elector-demo-image-$rel-linux-$rel_arch.oci.tar"
+  phase "release $rel (linux/$rel_arch)"
+fi
+
 # 1b. The kubectl plugin under test, built as `make build` builds it; test/e2e runs it through kubectl.
 log "building $PLUGIN_BIN"
 CGO_ENABLED=0 step go build -trimpath -ldflags "-s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$VERSION" \
@@ -138,13 +161,14 @@ if hack/local-cluster.sh status >/dev/null 2>&1; then
     die "a local cluster is already running (hack/local-cluster.sh status): stop it (hack/local-cluster.sh down) or set ELECTOR_E2E_REUSE_CLUSTER=1 to test against it"
   log "reusing the running local cluster (ELECTOR_E2E_REUSE_CLUSTER=1); it stays up afterwards"
   eval "$(hack/local-cluster.sh env)"
-  for tar in "$IMAGE_TAR" "$DEMO_TAR"; do
+  # shellcheck disable=SC2086 # REL_TARS is a list of paths without spaces
+  for tar in "$IMAGE_TAR" "$DEMO_TAR" $REL_TARS; do
     "$ELECTOR_BIN/ctr" --address "$ELECTOR_CLUSTER_CONTAINERD_SOCK" --namespace k8s.io images import "$tar" >/dev/null
     log "imported $tar"
   done
 else
   started=1
-  ELECTOR_IMAGES="$IMAGE_TAR $DEMO_TAR${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" step hack/local-cluster.sh up
+  ELECTOR_IMAGES="$IMAGE_TAR $DEMO_TAR${REL_TARS:+ $REL_TARS}${ELECTOR_IMAGES:+ $ELECTOR_IMAGES}" step hack/local-cluster.sh up
   eval "$(hack/local-cluster.sh env)"
 fi
 phase "cluster up"
@@ -156,6 +180,7 @@ export ELECTOR_E2E_IMAGE="$IMAGE_REPO:$VERSION" ELECTOR_E2E_DEMO_IMAGE="$DEMO_RE
 export ELECTOR_E2E_PULL_POLICY="${ELECTOR_E2E_PULL_POLICY:-Never}"
 export KUBECTL="$ELECTOR_BIN/kubectl" HELM="$ELECTOR_BIN/helm"
 export ELECTOR_E2E_KUBECTL_ELECTOR="$PLUGIN_BIN"
+export ELECTOR_E2E_RELEASE_CHART="$REL_CHART" ELECTOR_E2E_RELEASE_IMAGE="$REL_IMAGE" ELECTOR_E2E_RELEASE_DEMO_IMAGE="$REL_DEMO_IMAGE"
 log "running test/e2e against $KUBECONFIG with $ELECTOR_E2E_IMAGE"
 rc=0
 setsid go -C test test -tags e2e -count=1 -v -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./e2e/... &

@@ -20,7 +20,9 @@ import (
 // TestReadmeValuesFileElectsOneLeaderAndPassesHelmTest installs the README's "Add it to your Deployment" as
 // written, with its `helm install` command and its values file, plus only what points it at the images under
 // test (the app: the demo image's fenced store, a long-running stand-in for "your app") and this suite's short
-// timings; with hack/e2e.sh's ELECTOR_E2E_RELEASE_DIR the chart is the package `make release` built. It wants
+// timings. The chart and images are a release's: the package and images `make release` built (hack/e2e.sh builds
+// one of HEAD for this machine's architecture, or takes ELECTOR_E2E_RELEASE_DIR's), as a user installs them;
+// only with ELECTOR_E2E_RELEASE_BUILD=0 does it install the checkout's chart and images instead. It wants
 // three Ready pods, one leader on the README's Lease, and `helm test` (the chart's test hook: one leader among
 // the metrics Service's endpoints) to pass.
 func TestReadmeValuesFileElectsOneLeaderAndPassesHelmTest(t *testing.T) {
@@ -49,8 +51,16 @@ func TestReadmeValuesFileElectsOneLeaderAndPassesHelmTest(t *testing.T) {
 	if valuesYAML == "" || len(install) != 9 || install[4] != "-n" || install[6] != "--create-namespace" || install[7] != "-f" || install[8] != "values.yaml" {
 		t.Fatalf("README \"Add it to your Deployment\": values file %q, install command %q; want a yaml block and `helm install NAME CHART -n NS --create-namespace -f values.yaml`", valuesYAML, install)
 	}
-	if strings.HasSuffix(suite.chart, ".tgz") && filepath.Base(suite.chart) != install[3] {
-		t.Errorf("the README installs %s, the release packaged %s", install[3], filepath.Base(suite.chart))
+	chart := suite.chart
+	img := releaseUnderTest{imageRepo: suite.imageRepo, imageTag: suite.imageTag, demoRepo: suite.demoRepo, demoTag: suite.demoTag}
+	if rel := suite.release; rel != nil {
+		chart, img = rel.chart, *rel
+		t.Logf("installing the release: %s with images %s:%s and %s:%s", chart, img.imageRepo, img.imageTag, img.demoRepo, img.demoTag)
+	} else {
+		t.Logf("no release given (ELECTOR_E2E_RELEASE_BUILD=0): installing the checkout's chart %s with %s:%s", chart, img.imageRepo, img.imageTag)
+	}
+	if strings.HasSuffix(chart, ".tgz") && filepath.Base(chart) != install[3] {
+		t.Errorf("the README installs %s, the release packaged %s", install[3], filepath.Base(chart))
 	}
 	var vals struct {
 		Election struct {
@@ -78,12 +88,12 @@ app:
   image: {repository: %q, tag: %q, pullPolicy: %s}
   command: ["/elector-demo", "store", "--listen", "127.0.0.1:7070"]
 election: {leaseDuration: %s, renewDeadline: %s, retryPeriod: %s, clockSkewMargin: %s}
-`, suite.imageRepo, suite.imageTag, suite.pullPolicy, suite.demoRepo, suite.demoTag, suite.demoRepo, suite.demoTag, suite.pullPolicy,
+`, img.imageRepo, img.imageTag, suite.pullPolicy, img.demoRepo, img.demoTag, img.demoRepo, img.demoTag, suite.pullPolicy,
 		leaseDuration, renewDeadline, retryPeriod, clockSkewMargin)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r.helmOK(2*time.Minute, "install", releaseName, suite.chart, "--namespace", r.ns, "--values", valuesFile, "--values", overrides)
+	r.helmOK(2*time.Minute, "install", releaseName, chart, "--namespace", r.ns, "--values", valuesFile, "--values", overrides)
 	r.waitPodsReady(replicas, 4*time.Minute)
 	timing(t, "README values: helm install -> 3 pods Ready", time.Since(start))
 	leader, token := r.mustLeader(t)

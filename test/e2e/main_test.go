@@ -52,11 +52,56 @@ type suiteConfig struct {
 	demoRepo   string // the demo image (demo apps and the helm test program)
 	demoTag    string
 	pullPolicy string
+	// release: the packaged chart and images of `make release` (hack/e2e.sh builds one for this machine's
+	// architecture, or takes ELECTOR_E2E_RELEASE_DIR's); nil when not given (ELECTOR_E2E_RELEASE_BUILD=0).
+	release    *releaseUnderTest
 	restConfig *rest.Config
 	cs         kubernetes.Interface
 }
 
 var suite *suiteConfig
+
+// releaseUnderTest is a release's packaged chart (NAME-VERSION.tgz) and its images, loaded on the nodes.
+type releaseUnderTest struct {
+	chart               string
+	imageRepo, imageTag string
+	demoRepo, demoTag   string
+}
+
+// splitImage splits REPOSITORY:TAG (no digest); env names the variable in the error.
+func splitImage(env, image string) (repo, tag string, err error) {
+	i := strings.LastIndex(image, ":")
+	if i <= 0 || strings.Contains(image[i:], "/") || strings.Contains(image, "@") {
+		return "", "", fmt.Errorf("%s %q: want REPOSITORY:TAG, loaded on the nodes (hack/e2e.sh sets it)", env, image)
+	}
+	return image[:i], image[i+1:], nil
+}
+
+// loadRelease reads ELECTOR_E2E_RELEASE_CHART, _IMAGE and _DEMO_IMAGE: all three or none.
+func loadRelease() (*releaseUnderTest, error) {
+	chart, image, demo := os.Getenv("ELECTOR_E2E_RELEASE_CHART"), os.Getenv("ELECTOR_E2E_RELEASE_IMAGE"), os.Getenv("ELECTOR_E2E_RELEASE_DEMO_IMAGE")
+	if chart == "" && image == "" && demo == "" {
+		return nil, nil
+	}
+	r := &releaseUnderTest{}
+	var err error
+	if r.imageRepo, r.imageTag, err = splitImage("ELECTOR_E2E_RELEASE_IMAGE", image); err != nil {
+		return nil, err
+	}
+	if r.demoRepo, r.demoTag, err = splitImage("ELECTOR_E2E_RELEASE_DEMO_IMAGE", demo); err != nil {
+		return nil, err
+	}
+	if !strings.HasSuffix(chart, ".tgz") {
+		return nil, fmt.Errorf("ELECTOR_E2E_RELEASE_CHART %q: want the packaged chart (NAME-VERSION.tgz) of `make release`", chart)
+	}
+	if _, err := os.Stat(chart); err != nil {
+		return nil, fmt.Errorf("ELECTOR_E2E_RELEASE_CHART: %w", err)
+	}
+	if r.chart, err = filepath.Abs(chart); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
 func TestMain(m *testing.M) {
 	c, err := loadSuiteConfig()
@@ -92,6 +137,11 @@ func loadSuiteConfig() (*suiteConfig, error) {
 	}
 	c.demoRepo, c.demoTag = demo[:j], demo[j+1:]
 	c.pullPolicy = envOr("ELECTOR_E2E_PULL_POLICY", "Never")
+	rel, err := loadRelease()
+	if err != nil {
+		return nil, err
+	}
+	c.release = rel
 
 	chart := os.Getenv("ELECTOR_E2E_CHART")
 	if chart == "" {
@@ -145,6 +195,9 @@ func loadSuiteConfig() (*suiteConfig, error) {
 	}
 	fmt.Printf("e2e: cluster %s (KUBECONFIG=%s), image %s, demo image %s (pull policy %s), chart %s, kubectl %s, helm %s\n",
 		v, c.kubeconfig, image, demo, c.pullPolicy, c.chart, c.kubectl, c.helm)
+	if r := c.release; r != nil {
+		fmt.Printf("e2e: release under test: chart %s, image %s:%s, demo image %s:%s\n", r.chart, r.imageRepo, r.imageTag, r.demoRepo, r.demoTag)
+	}
 	return c, nil
 }
 
