@@ -213,6 +213,16 @@ func (h *Handler) Diagnostics() http.Handler {
 	return d
 }
 
+// Routes returns the paths h serves, each with its method (a GET path also
+// answers HEAD). docs/openapi.yaml describes them (TestOpenAPIDescribesTheLocalAPI).
+func (h *Handler) Routes() map[string]string {
+	out := make(map[string]string, len(h.routes))
+	for p, rt := range h.routes {
+		out[p] = rt.method
+	}
+	return out
+}
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, ok := h.routes[r.URL.Path]
