@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
 	"github.com/elector-sidecar/elector-sidecar/pkg/apphealth"
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient/clientset"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 )
@@ -300,5 +302,15 @@ func TestReadmeHintAndWarningExamples(t *testing.T) {
 	env.Environ = func() []string { return []string{m[1] + "=x"} }
 	if w := Warnings(nil, env); len(w) != 1 || w[0] != m[1]+m[2] {
 		t.Errorf("Warnings for %s = %q, README says %q", m[1], w, m[1]+m[2])
+	}
+}
+
+// TestReadmeNamesTheLongLeaseFactor: the Safety section's warning about a
+// far longer leaseDurationSeconds names the factor the election uses.
+func TestReadmeNamesTheLongLeaseFactor(t *testing.T) {
+	section := strings.Join(strings.Fields(readmeSection(t, "How the election works")), " ")
+	want := fmt.Sprintf("more than %d× a candidate's `--lease-duration`", election.LongLeaseFactor)
+	if !strings.Contains(section, want) {
+		t.Errorf("README's How the election works does not say %q", want)
 	}
 }

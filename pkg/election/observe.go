@@ -59,6 +59,7 @@ func (e *Elector) observe(l *coordinationv1.Lease, authoritative bool) {
 		e.checkTwin(prev, l)
 	}
 	e.checkReset(l)
+	e.warnLongLease(s.obs, l) // leaseduration.go
 	s.contenders = contendersOf(l)
 	s.obs = l
 	s.everSeen = true
