@@ -24,7 +24,7 @@
 // gives a token valid for longer than the job takes. A process pause (a long
 // GC, SIGSTOP, a frozen VM) can still outlast the Lease between that check
 // and the write: then another pod leads with a higher token, and PostgreSQL's
-// fence() rejects the late write (SQLSTATE EF001) and commits nothing. One
+// elector_fence() rejects the late write (SQLSTATE EF001) and commits nothing. One
 // log line per event:
 //
 //	go-worker: job 7 started: token=3 expiresInMs=2650

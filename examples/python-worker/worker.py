@@ -4,12 +4,12 @@
 Every WORKER_INTERVAL it asks the sidecar's GET /token (urllib). While its pod
 leads with a token valid for longer than a job takes, it runs a job: it works
 for WORKER_WORK, then writes one row to PostgreSQL (psycopg 3) in one
-transaction that first calls the fence, SELECT fence(resource, token,
+transaction that first calls the fence, SELECT elector_fence(resource, token,
 lease_uid, holder), and then inserts the row stamped with the token.
 
 A process pause (a long GC, SIGSTOP, a frozen VM) can outlast the Lease
 between the token check and the write. Then another pod leads with a higher
-token and fence() raises SQLSTATE EF001: the transaction rolls back, nothing
+token and elector_fence() raises SQLSTATE EF001: the transaction rolls back, nothing
 is committed, and the worker logs the rejection.
 
 Environment:
@@ -37,7 +37,7 @@ import urllib.request
 
 import psycopg
 
-STALE_TOKEN = "EF001"  # fence()'s SQLSTATE for a stale token (pkg/fencing/postgres/migration.sql)
+STALE_TOKEN = "EF001"  # elector_fence()'s SQLSTATE for a stale token (pkg/fencing/postgres/migration.sql)
 
 
 def log(msg):
@@ -93,7 +93,7 @@ def main():
             break
         try:
             with conn.transaction():
-                conn.execute("SELECT fence(%s, %s, %s, %s)", (resource, t["token"], t["leaseUID"], holder))
+                conn.execute("SELECT elector_fence(%s, %s, %s, %s)", (resource, t["token"], t["leaseUID"], holder))
                 conn.execute("INSERT INTO example_writes (resource, token, holder) VALUES (%s, %s, %s)",
                              (resource, t["token"], holder))
         except psycopg.Error as e:  # the transaction was rolled back

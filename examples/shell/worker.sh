@@ -3,8 +3,8 @@
 #
 # Every WORKER_INTERVAL it asks the sidecar's GET /token. While its pod leads with a token valid for
 # longer than a job takes, it runs a job: it works for WORKER_WORK, then runs ONE psql transaction:
-#   BEGIN; SELECT fence(resource, token, lease_uid, holder); INSERT INTO example_writes ...; COMMIT;
-# with ON_ERROR_STOP, so a stale token (fence() raises SQLSTATE EF001) stops psql before COMMIT and
+#   BEGIN; SELECT elector_fence(resource, token, lease_uid, holder); INSERT INTO example_writes ...; COMMIT;
+# with ON_ERROR_STOP, so a stale token (elector_fence() raises SQLSTATE EF001) stops psql before COMMIT and
 # nothing is committed. A process pause (SIGSTOP, a frozen VM) between the token check and the write is
 # what the fence is there for.
 #
@@ -80,11 +80,11 @@ while [[ -z "$stop" ]]; do
     log "job $jobs abandoned: stopping"
     break
   fi
-  # One transaction; ON_ERROR_STOP: an error in fence() or the INSERT ends psql (exit 3) before COMMIT.
+  # One transaction; ON_ERROR_STOP: an error in elector_fence() or the INSERT ends psql (exit 3) before COMMIT.
   if out="$("$psql" "$db" -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose \
     -v resource="$resource" -v token="$token" -v uid="$uid" -v holder="$holder" 2>&1 <<'SQL'
 BEGIN;
-SELECT fence(:'resource', :'token', :'uid', :'holder') \g /dev/null
+SELECT elector_fence(:'resource', :'token', :'uid', :'holder') \g /dev/null
 INSERT INTO example_writes (resource, token, holder) VALUES (:'resource', :'token', :'holder');
 COMMIT;
 SQL

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,20 +92,26 @@ func (e *pgEnv) pgStored(t testing.TB, resource string) fencing.Token {
 }
 
 // pgCheckHistory checks the database's own record of the accepted checks of
-// resource: tokens never go down (in id order, which is commit order), and
-// the last entry is the stored token. It returns the history.
+// resource: tokens never go down in id order, a row that raised the token
+// was written after every row before it (writers of one token run in
+// parallel, so their rows' times may interleave; a raise waits for all of
+// them), and the last entry is the stored token. It returns the history.
 func pgCheckHistory(ctx context.Context, pool *pgxpool.Pool, resource string) ([]pgfence.Entry, error) {
 	f := pgfence.New(pool)
 	h, err := f.History(ctx, resource)
 	if err != nil {
 		return nil, err
 	}
-	for i := 1; i < len(h); i++ {
-		if h[i].Token.Value < h[i-1].Token.Value {
+	var latest time.Time // the latest committed_at so far
+	for i := range h {
+		if i > 0 && h[i].Token.Value < h[i-1].Token.Value {
 			return h, fmt.Errorf("history went down: id %d token %d after id %d token %d", h[i].ID, h[i].Token.Value, h[i-1].ID, h[i-1].Token.Value)
 		}
-		if h[i].CommittedAt.Before(h[i-1].CommittedAt) {
-			return h, fmt.Errorf("history id %d committed at %v, before id %d at %v", h[i].ID, h[i].CommittedAt, h[i-1].ID, h[i-1].CommittedAt)
+		if i > 0 && h[i].Token.Value > h[i-1].Token.Value && h[i].CommittedAt.Before(latest) {
+			return h, fmt.Errorf("history id %d raised the token to %d at %v, before an earlier row's %v", h[i].ID, h[i].Token.Value, h[i].CommittedAt, latest)
+		}
+		if h[i].CommittedAt.After(latest) {
+			latest = h[i].CommittedAt
 		}
 	}
 	stored, err := f.Stored(ctx, resource)

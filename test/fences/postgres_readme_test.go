@@ -28,7 +28,7 @@ func pgReadmeGo(ctx context.Context, url string, t localapi.TokenResponse) (stal
 	if err != nil {
 		return false, err
 	}
-	if err := pgfence.Migrate(ctx, pool); err != nil { // once, at setup: elector_fence, elector_fence_history, fence()
+	if err := pgfence.Migrate(ctx, pool); err != nil { // once, at setup: the elector_fence* tables, elector_fence()
 		return false, err
 	}
 	fence := pgfence.New(pool)                                 // READ COMMITTED; pgfence.WithIsolation(pgx.Serializable) also holds
@@ -136,9 +136,9 @@ func TestPostgresReadmeSnippetsRunAsWritten(t *testing.T) {
 			t.Fatalf("the README's SQL: %v, state %q\n%s", err, state(), out)
 		}
 		reset()
-		staleCode := strings.Replace(code, "fence('orders', 7,", "fence('orders', 6,", 1)
+		staleCode := strings.Replace(code, "elector_fence('orders', 7,", "elector_fence('orders', 6,", 1)
 		if staleCode == code {
-			t.Fatal("the README's SQL has no fence('orders', 7, ...)")
+			t.Fatal("the README's SQL has no elector_fence('orders', 7, ...)")
 		}
 		out, err := psql(staleCode)
 		if err == nil || state() != "new" {

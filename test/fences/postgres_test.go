@@ -23,7 +23,7 @@ import (
 )
 
 // The PostgreSQL fence (pkg/fencing/postgres) against a real PostgreSQL
-// started by test/framework/dbserver: fence() runs in the database, so
+// started by test/framework/dbserver: elector_fence() runs in the database, so
 // everything here runs it there.
 
 // Steps of one resource, in order, each checked against what PostgreSQL then
@@ -203,7 +203,7 @@ func TestPostgresStaleWriterBlockedBehindANewerOneIsRejectedWhenItCommits(t *tes
 			if _, err := newer.Exec(ctx, "BEGIN"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := newer.Exec(ctx, "SELECT fence($1, 10, NULL, 'newer')", resource); err != nil {
+			if _, err := newer.Exec(ctx, "SELECT elector_fence($1, 10, NULL, 'newer')", resource); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := newer.Exec(ctx, "INSERT INTO pg_orders (resource, token, note) VALUES ($1, 10, 'newer')", resource); err != nil {
@@ -347,10 +347,10 @@ func TestPostgresFenceRejectsBadInput(t *testing.T) {
 	for _, tt := range []struct {
 		name, sql, wantMsg string
 	}{
-		{"empty resource", "SELECT fence('', 1)", "invalid resource name: must not be empty"},
-		{"NULL resource", "SELECT fence(NULL, 1)", "invalid resource name: must not be empty"},
-		{"negative token", "SELECT fence('orders', -1)", "invalid fencing token -1 for resource 'orders': must be a non-negative integer"},
-		{"NULL token", "SELECT fence('orders', NULL)", "invalid fencing token NULL for resource 'orders'"},
+		{"empty resource", "SELECT elector_fence('', 1)", "invalid resource name: must not be empty"},
+		{"NULL resource", "SELECT elector_fence(NULL, 1)", "invalid resource name: must not be empty"},
+		{"negative token", "SELECT elector_fence('orders', -1)", "invalid fencing token -1 for resource 'orders': must be a non-negative integer"},
+		{"NULL token", "SELECT elector_fence('orders', NULL)", "invalid fencing token NULL for resource 'orders'"},
 	} {
 		t.Run("SQL/"+tt.name, func(t *testing.T) {
 			_, err := env.pool.Exec(ctx, tt.sql)
@@ -369,7 +369,7 @@ func TestPostgresFenceRejectsBadInput(t *testing.T) {
 	}
 }
 
-// fence() from plain SQL, as an app in any language calls it: in its own
+// elector_fence() from plain SQL, as an app in any language calls it: in its own
 // transaction, with SQLSTATE EF001 and the stored token in MESSAGE and DETAIL
 // on a stale token, and the transaction's other writes rolled back with it.
 func TestPostgresFenceFunctionFromPlainSQL(t *testing.T) {
@@ -383,8 +383,8 @@ func TestPostgresFenceFunctionFromPlainSQL(t *testing.T) {
 		}
 	}
 	var accepted int64
-	if err := conn.QueryRow(ctx, "SELECT fence('orders', 7, '4f0c9b52', 'pod-a')").Scan(&accepted); err != nil || accepted != 7 {
-		t.Fatalf("fence('orders', 7): %d, %v", accepted, err)
+	if err := conn.QueryRow(ctx, "SELECT elector_fence('orders', 7, '4f0c9b52', 'pod-a')").Scan(&accepted); err != nil || accepted != 7 {
+		t.Fatalf("elector_fence('orders', 7): %d, %v", accepted, err)
 	}
 	if err := exec("COMMIT"); err != nil {
 		t.Fatal(err)
@@ -392,8 +392,8 @@ func TestPostgresFenceFunctionFromPlainSQL(t *testing.T) {
 	for _, tt := range []struct {
 		name, call, wantMsg, wantDetail string
 	}{
-		{"lower token", "SELECT fence('orders', 6)", "stale fencing token 6 for resource 'orders': the resource already accepted token 7", "token=6 stored=7 stored_lease_uid=4f0c9b52"},
-		{"same value, other lease", "SELECT fence('orders', 7, 'c0ffee')", "stale fencing token 7 for resource 'orders': the resource already accepted token 7 under lease UID 4f0c9b52, this token is from lease UID c0ffee", "token=7 stored=7 stored_lease_uid=4f0c9b52"},
+		{"lower token", "SELECT elector_fence('orders', 6)", "stale fencing token 6 for resource 'orders': the resource already accepted token 7", "token=6 stored=7 stored_lease_uid=4f0c9b52"},
+		{"same value, other lease", "SELECT elector_fence('orders', 7, 'c0ffee')", "stale fencing token 7 for resource 'orders': the resource already accepted token 7 under lease UID 4f0c9b52, this token is from lease UID c0ffee", "token=7 stored=7 stored_lease_uid=4f0c9b52"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := exec("BEGIN"); err != nil {
@@ -421,14 +421,14 @@ func TestPostgresFenceFunctionFromPlainSQL(t *testing.T) {
 }
 
 // Under SERIALIZABLE, PostgreSQL aborts what it cannot serialize (40001): a
-// fence() whose row changed after the transaction's snapshot, and a write
+// elector_fence() whose row changed after the transaction's snapshot, and a write
 // skew in the caller's function. Do retries such a transaction (checking the
 // token again) unless told not to, and nothing of a failed attempt commits.
 func TestPostgresSerializableFailuresAreRetriedOrReturnedAndCommitNothing(t *testing.T) {
 	env := pgStart(t)
 	ctx := context.Background()
 
-	t.Run("fence() on a row changed after the snapshot", func(t *testing.T) {
+	t.Run("elector_fence() on a row changed after the snapshot", func(t *testing.T) {
 		conn := env.pgConn(t)
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable})
 		if err != nil {

@@ -1,11 +1,12 @@
 // Package postgres is the fence inside PostgreSQL: a SQL function,
-// fence(resource, token, lease_uid, holder), that checks a fencing token
-// against the highest one the database has accepted for a resource and
-// raises it, in the caller's own transaction. Whatever else that transaction
-// writes commits only if the token was not stale; a stale token aborts it.
+// elector_fence(resource, token, lease_uid, holder), that checks a fencing
+// token against the highest one the database has accepted for a resource
+// (raising it when the token is higher), in the caller's own transaction.
+// Whatever else that transaction writes commits only if the token was not
+// stale; a stale token aborts it.
 //
 //	pool, _ := pgxpool.New(ctx, url)
-//	_ = postgres.Migrate(ctx, pool) // once, at setup: tables and fence()
+//	_ = postgres.Migrate(ctx, pool) // once, at setup: tables and elector_fence()
 //	fence := postgres.New(pool)
 //	err := fence.Do(ctx, "orders", fencing.Token{Value: t.Token, LeaseUID: t.LeaseUID}, "pod-a", func(tx pgx.Tx) error {
 //		_, err := tx.Exec(ctx, "UPDATE orders SET state = 'billed' WHERE id = $1", id)
@@ -18,27 +19,42 @@
 //   - elector_fence (resource text primary key, token bigint not null check
 //     (token >= 0), lease_uid text, holder text, value bytea, version bigint,
 //     updated_at timestamptz): one row per resource, the highest accepted
-//     token with its Lease UID. value and version serve Store.
+//     token with its Lease UID and the holder that raised it. value and
+//     version serve Store.
 //   - elector_fence_history (id bigserial, resource, token, lease_uid,
-//     holder, committed_at): one row per accepted check, inserted by fence()
-//     in the same transaction, so it holds exactly the checks that
-//     committed. For one resource, id order is commit order (the row lock,
-//     below), so a soak can verify from the database's own record that
-//     accepted tokens never went down: SELECT token FROM
+//     holder, committed_at): one row per accepted check, inserted by
+//     elector_fence() in the same transaction, so it holds only checks that
+//     committed. For one resource, tokens never go down in id order, and the
+//     row that raised the token comes after every row of a lower token (the
+//     locks, below), so a soak can verify from the database's own record
+//     that accepted tokens never went down: SELECT token FROM
 //     elector_fence_history WHERE resource = $1 ORDER BY id.
-//   - fence(resource text, token bigint, lease_uid text DEFAULT NULL, holder
-//     text DEFAULT NULL) RETURNS bigint: the check, pkg/fencing's CheckToken
-//     rule exactly (lower: stale; equal with both UIDs known and different:
-//     stale; an empty or NULL UID falls back to the value only; an equal
-//     token without a UID never erases the stored UID). It returns the
-//     accepted token.
+//   - elector_fence_settings (history boolean default true, history_keep
+//     bigint default 10000): the history is bounded by default. One check in
+//     64 deletes the resource's rows older than its newest history_keep, so
+//     a resource keeps about history_keep rows (history_keep 0 keeps every
+//     row; history false writes none). Change them with UPDATE
+//     elector_fence_settings SET history_keep = 100000; a migration run
+//     again keeps them.
+//   - elector_fence(resource text, token bigint, lease_uid text DEFAULT
+//     NULL, holder text DEFAULT NULL) RETURNS bigint: the check,
+//     pkg/fencing's CheckToken rule exactly (lower: stale; equal with both
+//     UIDs known and different: stale; an empty or NULL UID falls back to
+//     the value only; an equal token without a UID never erases the stored
+//     UID). It returns the accepted token.
+//
+// Before this version the function was called fence(), a name anyone's
+// schema may use. Migrate does not create fence() any more; a fence() it
+// created before becomes a deprecated wrapper of elector_fence() (any other
+// fence() is left alone). Move callers to elector_fence(), then DROP
+// FUNCTION fence(text, bigint, text, text).
 //
 // # From any language
 //
 // Call it in your transaction, before (or after) your writes:
 //
 //	BEGIN;
-//	SELECT fence('orders', 7, '4f0c9b52', 'pod-a');
+//	SELECT elector_fence('orders', 7, '4f0c9b52', 'pod-a');
 //	UPDATE orders SET state = 'billed' WHERE id = 42;
 //	COMMIT;
 //
@@ -46,40 +62,52 @@
 // message names the stored token and its DETAIL reads
 // "token=6 stored=7 stored_lease_uid=4f0c9b52". Bad input (a NULL or empty
 // resource, a NULL or negative token) raises SQLSTATE 22023
-// (invalid_parameter_value). Either aborts the transaction: roll back.
+// (invalid_parameter_value). Either aborts the transaction: roll back. A
+// driver that pipelines (pgx batches, libpq pipeline mode, psycopg's
+// pipeline) can send the SELECT with the transaction's first statement in
+// one round trip: the server still runs them in order, and an error in the
+// check aborts everything after it.
 //
 // # Why it holds, and under which isolation levels
 //
-// fence() is one INSERT ... ON CONFLICT (resource) DO UPDATE ... WHERE
-// stored <= new. That statement takes the resource's row lock, also when its
-// WHERE fails, and keeps it until the transaction ends. A second writer's
-// fence() on the same resource waits for that lock; when the first commits,
-// READ COMMITTED re-evaluates the WHERE against the committed row, so the
-// second check runs against the token the first wrote: a stale writer
-// blocked behind a newer one is rejected. If the first rolls back, the
-// second checks against the row as it was.
+// elector_fence() takes a transactional advisory lock per resource, held
+// until the caller's transaction ends. A check of the token already stored
+// takes it shared: a leader's concurrent writers run in parallel and write
+// nothing to elector_fence. A check that writes elector_fence (a higher
+// token, the first check of a resource, a Lease UID to record) takes it
+// exclusive: it waits until every open transaction that checked the old
+// token has ended, and PostgreSQL queues any check that comes after it
+// behind it, so those then read the raised token and are rejected. It reads
+// the stored token only once it holds the lock; under READ COMMITTED (the
+// default, and READ UNCOMMITTED, which PostgreSQL runs as READ COMMITTED)
+// that read sees the last commit, so it needs no retry. A check found stale
+// without the lock is stale for ever (tokens only go up).
 //
-// Under READ COMMITTED (the default, and READ UNCOMMITTED, which PostgreSQL
-// runs as READ COMMITTED) this needs no retry. Under REPEATABLE READ and
-// SERIALIZABLE the waiting writer cannot re-read a row changed after its
-// snapshot: PostgreSQL aborts it with a serialization failure (SQLSTATE
-// 40001) instead, and SERIALIZABLE can also abort a transaction for what the
-// caller's function read and wrote. Both keep the fence sound (nothing of
-// the failed transaction commits). Do retries a transaction that failed with
-// 40001 or a deadlock (40P01) in a new transaction, up to WithMaxAttempts
-// times (default 5); the token is checked again each time, so a retry that
-// now finds a newer token gets the StaleTokenError. Your function must
-// therefore have no effect outside tx. WithMaxAttempts(1) returns the
-// failure instead (errors.As(err, **pgconn.PgError), IsSerializationFailure).
+// Under REPEATABLE READ and SERIALIZABLE the transaction's snapshot may be
+// older than the lock: a resource row changed after it is a serialization
+// failure (SQLSTATE 40001), and SERIALIZABLE can also abort a transaction
+// for what the caller's function read and wrote. Both keep the fence sound
+// (nothing of the failed transaction commits). Do retries a transaction
+// that failed with 40001 or a deadlock (40P01) in a new transaction, up to
+// WithMaxAttempts times (default 5); the token is checked again each time,
+// so a retry that now finds a newer token gets the StaleTokenError. Your
+// function must therefore have no effect outside tx. WithMaxAttempts(1)
+// returns the failure instead (errors.As(err, **pgconn.PgError),
+// IsSerializationFailure).
+//
+// The advisory lock's key is (1162626371, hashtext(resource)): two
+// resources whose names hash alike share a lock (they wait for each other,
+// nothing more), and your own two-key advisory locks should not use that
+// first key.
 //
 // # Store
 //
 // Store (Fence.Store) is a fencing.Store on one resource's row: Load reads
-// token, Lease UID, value and version; Commit calls fence() and writes the
-// value in one transaction, and rolls back with fencing.ErrConflict if
-// another commit came between Load and Commit. So fencing.Fence,
-// httpstore.NewServer and the chaos soak can keep their fenced value in
-// PostgreSQL, with the history above.
+// token, Lease UID, value and version; Commit runs elector_fence() and
+// writes the value (version + 1) in one transaction, and rolls back with
+// fencing.ErrConflict if another commit came between Load and Commit. So
+// fencing.Fence, httpstore.NewServer and the chaos soak can keep their
+// fenced value in PostgreSQL, with the history above.
 package postgres
 
 import (
@@ -87,10 +115,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -98,14 +123,15 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 )
 
-// Migration creates the fence's tables and the fence() function; it is
-// idempotent (IF NOT EXISTS, CREATE OR REPLACE). Run it with Migrate, or as
-// one of your own migrations.
+// Migration creates the fence's tables, its settings row and the
+// elector_fence() function; it is idempotent (IF NOT EXISTS, CREATE OR
+// REPLACE, settings kept). Run it with Migrate, or as one of your own
+// migrations.
 //
 //go:embed migration.sql
 var Migration string
 
-// SQLSTATEs raised by fence().
+// SQLSTATEs raised by elector_fence().
 const (
 	// CodeStaleToken: the token is stale (class EF, "elector fence").
 	CodeStaleToken = "EF001"
@@ -114,7 +140,7 @@ const (
 	CodeInvalidInput = "22023"
 )
 
-// ErrInvalid matches bad input, found in Go before any SQL or by fence().
+// ErrInvalid matches bad input, found in Go before any SQL or by elector_fence().
 var ErrInvalid = errors.New("invalid postgres fence input")
 
 // DB is what the fence runs on: a *pgxpool.Pool or a *pgx.Conn.
@@ -142,6 +168,10 @@ func Migrate(ctx context.Context, db DB) error {
 // DefaultMaxAttempts bounds how often Do runs a transaction that failed with
 // a serialization failure or a deadlock.
 const DefaultMaxAttempts = 5
+
+// DefaultHistoryKeep is elector_fence_settings.history_keep after the
+// migration: the history rows kept per resource (about; see the package doc).
+const DefaultHistoryKeep = 10000
 
 // Fence runs fenced transactions on a database. It is safe for concurrent
 // use.
@@ -188,44 +218,18 @@ func New(db DB, opts ...Option) *Fence {
 	return f
 }
 
-// Validate is the Go-side check of a fence call before any SQL: a non-empty
-// resource name of valid UTF-8 without NUL bytes, a non-negative token, and a
-// Lease UID and holder that PostgreSQL can store as text.
-func Validate(resource string, tok fencing.Token, holder string) error {
-	if resource == "" {
-		return fmt.Errorf("%w: empty resource name", ErrInvalid)
-	}
-	if tok.Value < 0 {
-		return fmt.Errorf("%w: fencing token %d for resource %q is negative", ErrInvalid, tok.Value, resource)
-	}
-	for name, s := range map[string]string{"resource name": resource, "lease UID": tok.LeaseUID, "holder": holder} {
-		if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
-			return fmt.Errorf("%w: %s %q is not text PostgreSQL can store (invalid UTF-8 or a NUL byte)", ErrInvalid, name, s)
-		}
-	}
-	return nil
-}
-
-// Check runs fence() in tx, a transaction of yours: nil if tok is accepted
-// (the row lock is then held until tx ends), a *fencing.StaleTokenError if it
-// is stale, an error matching ErrInvalid for bad input. After an error, tx is
-// aborted: roll it back.
-func Check(ctx context.Context, tx pgx.Tx, resource string, tok fencing.Token, holder string) error {
-	if err := Validate(resource, tok, holder); err != nil {
-		return err
-	}
-	var accepted int64
-	err := tx.QueryRow(ctx, "SELECT fence($1, $2, $3, $4)", resource, tok.Value, tok.LeaseUID, holder).Scan(&accepted)
-	if err != nil {
-		return ParseError(err, tok)
-	}
-	return nil
-}
-
-// Do runs fn in a transaction that first checks tok for resource (fence()),
-// then commits what fn wrote. A stale token returns a *fencing.StaleTokenError
-// (errors.Is(err, fencing.ErrStaleToken)) naming the stored token, and fn is
-// not called; if fn returns an error, or the commit fails, nothing of the
+// Do runs fn in a transaction that checks tok for resource
+// (elector_fence()) before fn's first statement, then commits what fn
+// wrote. The check rides in one round trip with fn's first Exec, Query or
+// QueryRow on tx (a pgx batch: the check, then the statement); any other
+// first use of tx (SendBatch, CopyFrom, Prepare, LargeObjects, Conn, Begin,
+// or a statement with a QueryExecMode argument) runs the check alone first,
+// and so does a fn that sends nothing.
+//
+// A stale token returns a *fencing.StaleTokenError (errors.Is(err,
+// fencing.ErrStaleToken)) naming the stored token: fn's first statement does
+// not run and returns that error, and Do returns it whatever fn does with
+// it. If fn returns an error, or the commit fails, nothing of the
 // transaction is committed, the token check included. holder is recorded in
 // the history ("" for none).
 //
@@ -244,10 +248,7 @@ func (f *Fence) Do(ctx context.Context, resource string, tok fencing.Token, hold
 	}
 	return f.retry(ctx, func() error {
 		return pgx.BeginTxFunc(ctx, f.db, pgx.TxOptions{IsoLevel: f.iso}, func(tx pgx.Tx) error {
-			if err := Check(ctx, tx, resource, tok, holder); err != nil {
-				return err
-			}
-			return fn(tx)
+			return runFenced(ctx, tx, resource, tok, holder, fn)
 		})
 	})
 }
@@ -283,160 +284,4 @@ func (f *Fence) retry(ctx context.Context, attempt func() error) error {
 func IsSerializationFailure(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// ParseError maps an error of fence() to Go: EF001 to a
-// *fencing.StaleTokenError for tok (Highest and HighestLeaseUID from the
-// error's DETAIL), 22023 to an error matching ErrInvalid. Other errors are
-// returned as they are. Use it on errors of your own SELECT fence(...).
-func ParseError(err error, tok fencing.Token) error {
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case CodeStaleToken:
-		stored, uid, ok := parseStaleDetail(pgErr.Detail)
-		if !ok {
-			return fmt.Errorf("postgres fence: malformed stale-token detail %q: %w", pgErr.Detail, err)
-		}
-		return &fencing.StaleTokenError{Token: tok.Value, Highest: stored, LeaseUID: tok.LeaseUID, HighestLeaseUID: uid}
-	case CodeInvalidInput:
-		return fmt.Errorf("%w: %s", ErrInvalid, pgErr.Message)
-	}
-	return err
-}
-
-// parseStaleDetail parses "token=<t> stored=<s> stored_lease_uid=<uid to the end>".
-func parseStaleDetail(detail string) (stored int64, uid string, ok bool) {
-	fields := strings.SplitN(detail, " ", 3)
-	if len(fields) != 3 || !strings.HasPrefix(fields[0], "token=") || !strings.HasPrefix(fields[1], "stored=") ||
-		!strings.HasPrefix(fields[2], "stored_lease_uid=") {
-		return 0, "", false
-	}
-	stored, err := strconv.ParseInt(strings.TrimPrefix(fields[1], "stored="), 10, 64)
-	if err != nil || stored < 0 {
-		return 0, "", false
-	}
-	return stored, strings.TrimPrefix(fields[2], "stored_lease_uid="), true
-}
-
-// Stored returns the highest token accepted for resource, with its Lease UID
-// (token 0 if resource was never fenced).
-func (f *Fence) Stored(ctx context.Context, resource string) (fencing.Token, error) {
-	tok, _, _, err := f.Store(resource, "").Load(ctx)
-	return tok, err
-}
-
-// Entry is one accepted check in elector_fence_history.
-type Entry struct {
-	// ID orders the entries of one resource by commit.
-	ID          int64
-	Token       fencing.Token
-	Holder      string
-	CommittedAt time.Time
-}
-
-// History returns resource's rows of elector_fence_history, oldest first.
-func (f *Fence) History(ctx context.Context, resource string) ([]Entry, error) {
-	if f.err != nil {
-		return nil, f.err
-	}
-	var out []Entry
-	err := pgx.BeginTxFunc(ctx, f.db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, token, coalesce(lease_uid, ''), coalesce(holder, ''), committed_at
-			FROM elector_fence_history WHERE resource = $1 ORDER BY id`, resource)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
-			var e Entry
-			err := r.Scan(&e.ID, &e.Token.Value, &e.Token.LeaseUID, &e.Holder, &e.CommittedAt)
-			return e, err
-		})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("postgres fence: history of %q: %w", resource, err)
-	}
-	return out, nil
-}
-
-// Store is a fencing.Store on one resource's row of elector_fence: its value
-// column holds the fenced value, its version column the version.
-type Store struct {
-	f        *Fence
-	resource string
-	holder   string
-}
-
-var _ fencing.Store = (*Store)(nil)
-
-// Store returns the fencing.Store of resource; holder is recorded in the
-// history of every Commit.
-func (f *Fence) Store(resource, holder string) *Store {
-	return &Store{f: f, resource: resource, holder: holder}
-}
-
-func (s *Store) validate() error {
-	if s.f.err != nil {
-		return s.f.err
-	}
-	return Validate(s.resource, fencing.Token{}, s.holder)
-}
-
-// Load implements fencing.Store. A resource never fenced loads as token 0,
-// no value, version "0".
-func (s *Store) Load(ctx context.Context) (fencing.Token, []byte, string, error) {
-	if err := s.validate(); err != nil {
-		return fencing.Token{}, nil, "", err
-	}
-	var tok fencing.Token
-	var value []byte
-	var version int64
-	err := pgx.BeginTxFunc(ctx, s.f.db, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, "SELECT token, coalesce(lease_uid, ''), value, version FROM elector_fence WHERE resource = $1",
-			s.resource).Scan(&tok.Value, &tok.LeaseUID, &value, &version)
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fencing.Token{}, nil, "0", nil
-	}
-	if err != nil {
-		return fencing.Token{}, nil, "", fmt.Errorf("postgres fence: load %q: %w", s.resource, err)
-	}
-	return tok, value, strconv.FormatInt(version, 10), nil
-}
-
-// Commit implements fencing.Store: in one transaction, fence() checks and
-// records tok (with a history row) and the value is written; if the resource
-// is no longer at version, the transaction rolls back and Commit returns an
-// error matching fencing.ErrConflict. A stale token is a
-// *fencing.StaleTokenError.
-func (s *Store) Commit(ctx context.Context, version string, tok fencing.Token, value []byte) error {
-	if err := s.validate(); err != nil {
-		return err
-	}
-	if err := Validate(s.resource, tok, s.holder); err != nil {
-		return err
-	}
-	want, err := strconv.ParseInt(version, 10, 64)
-	if err != nil || want < 0 {
-		return fmt.Errorf("%w: version %q is not a non-negative integer (a version from Load)", ErrInvalid, version)
-	}
-	return s.f.retry(ctx, func() error {
-		return pgx.BeginTxFunc(ctx, s.f.db, pgx.TxOptions{IsoLevel: s.f.iso}, func(tx pgx.Tx) error {
-			if err := Check(ctx, tx, s.resource, tok, s.holder); err != nil {
-				return err
-			}
-			var got int64
-			if err := tx.QueryRow(ctx, "UPDATE elector_fence SET value = $2 WHERE resource = $1 RETURNING version",
-				s.resource, value).Scan(&got); err != nil {
-				return fmt.Errorf("postgres fence: commit %q: %w", s.resource, err)
-			}
-			if got != want+1 {
-				return fmt.Errorf("postgres fence: %q is at version %d, not %d: %w", s.resource, got-1, want, fencing.ErrConflict)
-			}
-			return nil
-		})
-	})
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -148,7 +150,9 @@ func TestMigrationDefinesTheDocumentedSchema(t *testing.T) {
 	for _, want := range []string{
 		"CREATE TABLE IF NOT EXISTS elector_fence (",
 		"CREATE TABLE IF NOT EXISTS elector_fence_history (",
-		"CREATE OR REPLACE FUNCTION fence(resource text, token bigint, lease_uid text DEFAULT NULL, holder text DEFAULT NULL)",
+		"CREATE TABLE IF NOT EXISTS elector_fence_settings (",
+		"CREATE OR REPLACE FUNCTION elector_fence(resource text, token bigint, lease_uid text DEFAULT NULL, holder text DEFAULT NULL)",
+		"pg_advisory_xact_lock_shared(",
 		"ON CONFLICT (resource) DO UPDATE",
 		"ERRCODE = '" + CodeStaleToken + "'",
 		"ERRCODE = '" + CodeInvalidInput + "'",
@@ -156,5 +160,15 @@ func TestMigrationDefinesTheDocumentedSchema(t *testing.T) {
 		if !strings.Contains(Migration, want) {
 			t.Errorf("Migration lacks %q", want)
 		}
+	}
+}
+
+func TestDefaultHistoryKeepIsTheMigrationsDefault(t *testing.T) {
+	m := regexp.MustCompile(`history_keep bigint NOT NULL DEFAULT (\d+)`).FindStringSubmatch(Migration)
+	if m == nil || m[1] != strconv.Itoa(DefaultHistoryKeep) {
+		t.Fatalf("the migration's history_keep default is %q, DefaultHistoryKeep %d", m, DefaultHistoryKeep)
+	}
+	if !strings.Contains(Migration, "keep := "+strconv.Itoa(DefaultHistoryKeep)+";") {
+		t.Fatalf("elector_fence()'s fallback without a settings row is not DefaultHistoryKeep (%d)", DefaultHistoryKeep)
 	}
 }

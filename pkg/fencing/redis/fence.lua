@@ -21,8 +21,10 @@
 -- ARGV[4]  the value.
 -- ARGV[5]  optional: the version the caller loaded; if given and the token key
 --          has another version, nothing is written (compare-and-swap).
--- ARGV[6]  optional: trim the history to about this many entries (MAXLEN ~);
---          "" or "0" keeps every entry.
+-- ARGV[6]  optional: trim the history to about this many entries (XADD
+--          MAXLEN ~, so a few more may stay); absent or "" trims to about
+--          10000 (the default: a history kept whole grows until a Redis with
+--          noeviction refuses writes); "0" keeps every entry.
 --
 -- The rule (pkg/fencing CheckToken/Accept): a token lower than the stored one
 -- is stale; an equal value is stale if both Lease UIDs are non-empty and
@@ -100,7 +102,9 @@ if expected ~= '' then
   end
 end
 local limit = ARGV[6] or ''
-if limit ~= '' then
+if limit == '' then
+  limit = '10000'
+else
   limit = canon(limit)
   if not limit then
     return fail('INVALID', 'history limit "' .. ARGV[6] .. '" is not a non-negative integer')
@@ -152,7 +156,7 @@ version = redis.call('HGET', KEYS[1], 'version')
 redis.call('HSET', KEYS[1], 'token', token, 'uid', uid)
 redis.call('SET', KEYS[2], ARGV[4])
 local id
-if limit ~= '' and limit ~= '0' then
+if limit ~= '0' then
   id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', limit, '*', 'token', token, 'uid', uid, 'writer', ARGV[3], 'version', version)
 else
   id = redis.call('XADD', KEYS[3], '*', 'token', token, 'uid', uid, 'writer', ARGV[3], 'version', version)

@@ -35,6 +35,9 @@
 // reply whose first word says why: "STALE token=5 stored=7 uid=<stored lease
 // UID>", "CONFLICT version=.. expected=..", "MISSING ...", "INVALID ...",
 // "CORRUPT ...". The header of fence.lua documents every key and argument.
+// The history stream is bounded: the script trims it to about 10000 entries
+// (DefaultHistoryLimit) unless <history limit> says otherwise ("0" keeps
+// every entry).
 // In Redis Cluster the three keys must hash to one slot: New gives them one
 // hash tag ({resource}); with NewWithKeys, give them one yourself.
 //
@@ -161,8 +164,15 @@ type Option func(*Fence)
 // as an argument).
 func WithWriter(name string) Option { return func(f *Fence) { f.writer = name } }
 
+// DefaultHistoryLimit is the history stream's length, about (XADD MAXLEN ~),
+// when neither WithHistoryLimit nor the script's ARGV[6] says otherwise: a
+// history kept whole grows until a Redis with maxmemory-policy noeviction
+// refuses every write, the fence's included.
+const DefaultHistoryLimit = 10000
+
 // WithHistoryLimit trims the history stream to about n entries (XADD MAXLEN ~
-// n); 0 (the default) keeps every entry.
+// n; a few more may stay) instead of DefaultHistoryLimit; 0 keeps every
+// entry (the stream then grows without bound: trim it yourself, XTRIM).
 func WithHistoryLimit(n int64) Option { return func(f *Fence) { f.historyLimit = n } }
 
 // New returns the fence of resource, on the keys KeysFor(resource). It makes
@@ -179,7 +189,7 @@ func New(client goredis.Cmdable, resource string, opts ...Option) *Fence {
 // NewWithKeys returns a fence on explicit keys (in Redis Cluster, give them
 // one hash tag).
 func NewWithKeys(client goredis.Cmdable, keys Keys, opts ...Option) *Fence {
-	f := &Fence{client: client, keys: keys}
+	f := &Fence{client: client, keys: keys, historyLimit: DefaultHistoryLimit}
 	for _, o := range opts {
 		o(f)
 	}
@@ -331,10 +341,7 @@ func (f *Fence) run(ctx context.Context, tok fencing.Token, writer string, value
 	if err := ValidateToken(tok); err != nil {
 		return Result{}, err
 	}
-	args := []any{strconv.FormatInt(tok.Value, 10), tok.LeaseUID, writer, value, version}
-	if f.historyLimit > 0 {
-		args = append(args, strconv.FormatInt(f.historyLimit, 10))
-	}
+	args := []any{strconv.FormatInt(tok.Value, 10), tok.LeaseUID, writer, value, version, strconv.FormatInt(f.historyLimit, 10)}
 	reply, err := script.Run(ctx, f.client, f.keys.list(), args...).Slice()
 	if err != nil {
 		return Result{}, ParseError(err, tok)
@@ -413,50 +420,4 @@ func parseStale(rest string) (stored int64, uid string, ok bool) {
 		return 0, "", false
 	}
 	return stored, strings.TrimPrefix(fields[2], "uid="), true
-}
-
-// Entry is one accepted write in the history stream.
-type Entry struct {
-	// ID is the stream entry ID (Redis's order of the writes).
-	ID string
-	// Token is the token recorded by the write (with its Lease UID).
-	Token   fencing.Token
-	Writer  string
-	Version int64
-}
-
-// History returns the history stream, oldest first (all of it, or what
-// WithHistoryLimit kept). Every accepted write appended one entry in the
-// same script as the write, so the tokens never go down; a soak checks that
-// from Redis's own record.
-func (f *Fence) History(ctx context.Context) ([]Entry, error) {
-	if f.err != nil {
-		return nil, f.err
-	}
-	msgs, err := f.client.XRange(ctx, f.keys.History, "-", "+").Result()
-	if err != nil {
-		return nil, fmt.Errorf("redis fence %s: history: %w", f.keys.History, err)
-	}
-	out := make([]Entry, 0, len(msgs))
-	for _, m := range msgs {
-		e, err := parseEntry(m)
-		if err != nil {
-			return nil, fmt.Errorf("redis fence %s: history entry %s: %w", f.keys.History, m.ID, err)
-		}
-		out = append(out, e)
-	}
-	return out, nil
-}
-
-func parseEntry(m goredis.XMessage) (Entry, error) {
-	str := func(k string) string { s, _ := m.Values[k].(string); return s }
-	token, err := strconv.ParseInt(str("token"), 10, 64)
-	if err != nil {
-		return Entry{}, fmt.Errorf("token: %w", err)
-	}
-	version, err := strconv.ParseInt(str("version"), 10, 64)
-	if err != nil {
-		return Entry{}, fmt.Errorf("version: %w", err)
-	}
-	return Entry{ID: m.ID, Token: fencing.Token{Value: token, LeaseUID: str("uid")}, Writer: str("writer"), Version: version}, nil
 }

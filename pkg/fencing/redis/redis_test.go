@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -322,5 +323,29 @@ func TestKeysForShareOneHashTag(t *testing.T) {
 		if !strings.HasPrefix(key, "{a}") {
 			t.Fatalf("key %q: hash tag is not {a}", key)
 		}
+	}
+}
+
+func TestSetBoundsTheHistoryByDefault(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"default", nil, strconv.Itoa(DefaultHistoryLimit)},
+		{"keep every entry", []Option{WithHistoryLimit(0)}, "0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client, fake := newFake(t, func(cmd goredis.Cmder) {
+				cmd.(*goredis.Cmd).SetVal([]any{"7", "", "1", "1-0"})
+			})
+			if err := New(client, "billing", tt.opts...).Set(context.Background(), fencing.Token{Value: 7}, "pod-a", nil); err != nil {
+				t.Fatal(err)
+			}
+			cmds := fake.commands()
+			if len(cmds) != 1 || fmt.Sprint(cmds[0][len(cmds[0])-1]) != tt.want {
+				t.Fatalf("sent %v, want the history limit %s last", cmds, tt.want)
+			}
+		})
 	}
 }

@@ -120,6 +120,7 @@ func (r reconciliation) String() string {
 type backend struct {
 	kind     string
 	name     string // "PostgreSQL", "Redis", "memory"
+	addr     string // the database's host:port; "" for memory
 	describe string
 	store    fencing.Store
 	// restart restarts the database (same port, same data): cleanly, or

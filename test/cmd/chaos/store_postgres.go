@@ -6,9 +6,14 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/elector-sidecar/elector-sidecar/test/framework/dbserver"
 	"github.com/elector-sidecar/elector-sidecar/test/framework/pgstore"
 )
+
+// keepWholeHistorySQL turns the fence's history pruning off.
+const keepWholeHistorySQL = "UPDATE elector_fence_settings SET history = true, history_keep = 0"
 
 // openPostgres starts a throwaway PostgreSQL, runs the fence's migration and
 // returns the fence's Store for one resource, over a few connections.
@@ -26,10 +31,21 @@ func openPostgres(ctx context.Context, dir string) (*backend, error) {
 		_ = srv.Stop()
 		return nil, err
 	}
+	// The soak reconciles every accepted write with the history: keep it whole
+	// (the fence's default keeps about pgfence.DefaultHistoryKeep rows).
+	if err := store.With(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, keepWholeHistorySQL)
+		return err
+	}); err != nil {
+		store.Close()
+		_ = srv.Stop()
+		return nil, fmt.Errorf("keep the whole fence history: %w", err)
+	}
 	return &backend{
 		kind:     storePostgres,
+		addr:     srv.Addr,
 		name:     "PostgreSQL",
-		describe: fmt.Sprintf("PostgreSQL fence (pkg/fencing/postgres, fence() in the commit's transaction) on %s, resource %q, history in elector_fence_history; synchronous_commit on, fsync off", srv.Addr, chaosResource),
+		describe: fmt.Sprintf("PostgreSQL fence (pkg/fencing/postgres, elector_fence() in the commit's transaction) on %s, resource %q, history in elector_fence_history; synchronous_commit on, fsync off", srv.Addr, chaosResource),
 		store:    store,
 		restart:  restartServer(srv),
 		history: func(ctx context.Context) ([]historyRow, error) {

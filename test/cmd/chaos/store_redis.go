@@ -24,7 +24,9 @@ func openRedis(ctx context.Context, dir string) (*backend, error) {
 	// No client-side retries: a command whose connection broke in a restart
 	// fails (an unknown outcome the soak counts) instead of being sent again.
 	client := goredis.NewClient(&goredis.Options{Addr: srv.Addr, MaxRetries: -1})
-	fence := redisfence.New(client, chaosResource, redisfence.WithWriter("chaos-httpstore"))
+	// The soak reconciles every accepted write with the history: keep it whole
+	// (the fence's default trims it to about redisfence.DefaultHistoryLimit).
+	fence := redisfence.New(client, chaosResource, redisfence.WithWriter("chaos-httpstore"), redisfence.WithHistoryLimit(0))
 	if _, err := fence.Init(ctx); err != nil {
 		_ = client.Close()
 		_ = srv.Stop()
@@ -33,6 +35,7 @@ func openRedis(ctx context.Context, dir string) (*backend, error) {
 	keys := fence.Keys()
 	return &backend{
 		kind:     storeRedis,
+		addr:     srv.Addr,
 		name:     "Redis",
 		describe: fmt.Sprintf("Redis fence (pkg/fencing/redis, Lua script) on redis-server %s, keys %s %s %s", srv.Addr, keys.Token, keys.Value, keys.History),
 		store:    fence,
