@@ -30,6 +30,10 @@ func (e *Elector) execute(ctx context.Context, a action) {
 		e.renew(ctx)
 	case actGiveUp:
 		e.loseTerm(LossRenewDeadline)
+	case actAccept:
+		e.accept(ctx)
+	case actAnnounce:
+		e.announce(ctx)
 	}
 }
 
@@ -72,6 +76,7 @@ func (e *Elector) acquire(ctx context.Context) {
 		l := s.obs.DeepCopy()
 		l.Spec = spec
 		markTerm(l, s.incarnation)
+		pruneSuccessor(s, l)
 		e.addLabels(l)
 		if raced {
 			s.attempted = true
@@ -220,7 +225,7 @@ func (e *Elector) writeFailed(verb, what string, err error) {
 		e.log.Debug(what+" lost a race", "err", err)
 		s.needRefresh = true
 		s.refreshAt = now.Add(e.cfg.RetryPeriod)
-	case apierrors.IsNotFound(err) && verb == "update":
+	case apierrors.IsNotFound(err) && verb != "create":
 		e.observeDeleted(nil, false)
 		s.retryAt = now.Add(e.cfg.RetryPeriod)
 	default:
@@ -268,19 +273,28 @@ func (e *Elector) stepDown(ctx context.Context, why string, handedBack bool) err
 		}
 		token := transitionsOf(l)
 		now := e.clock.Now()
-		free := l.DeepCopy()
-		free.Spec = releaseSpec(l.Spec, s.lastToken, now)
 		var wait time.Duration
 		if !handedBack {
 			wait = max(s.promisedUntil.Sub(now), 0)
 		}
-		markReleased(free, specTransitions(&free.Spec), s.incarnation, wait)
-		e.addLabels(free)
-		var got *coordinationv1.Lease
-		got, err = e.leases.Update(ctx, free, metav1.UpdateOptions{})
+		got, to, handed, herr := e.handOff(ctx, l, wait)
+		err = herr
+		if !handed {
+			free := l.DeepCopy()
+			free.Spec = releaseSpec(l.Spec, s.lastToken, now)
+			markReleased(free, specTransitions(&free.Spec), s.incarnation, wait)
+			e.addLabels(free)
+			got, err = e.leases.Update(ctx, free, metav1.UpdateOptions{})
+		}
 		if err == nil {
 			s.unreleased, s.pendingToken = false, 0
 			e.observe(got, true)
+			if handed {
+				e.metrics.handoffsGiven.Inc()
+				e.log.Info("handed leadership over", "token", token, "to", to, "successorToken", transitionsOf(got), "reason", why)
+				e.event(corev1.EventTypeNormal, "%s handed leadership (token %d) to %s: %s", e.cfg.Identity, token, to, why)
+				return nil
+			}
 			e.log.Info("released leadership", "token", token, "reason", why)
 			e.event(corev1.EventTypeNormal, "%s released leadership (token %d): %s", e.cfg.Identity, token, why)
 			return nil

@@ -72,6 +72,12 @@ type Config struct {
 	// the real number slows handoffs (up to RetryPeriod); it never affects
 	// who may lead.
 	ExpectedCandidates int
+	// DirectHandoff: this candidate announces itself on the Lease (one
+	// patch when it starts campaigning, one when it stops), and when it
+	// steps down it hands the Lease to the most recently announced
+	// candidate, which takes it with one write and no race (handoff.go);
+	// without an announced candidate it releases the Lease as without it.
+	DirectHandoff bool
 
 	// Clock is the monotonic clock; nil means the real one.
 	Clock clock.WithTicker

@@ -30,9 +30,13 @@ const (
 	actRenew
 	// actGiveUp: the renew deadline passed; the term ends (no API call).
 	actGiveUp
+	// actAccept: take the handoff to us (handoff.go).
+	actAccept
+	// actAnnounce: add or remove our announcement as a candidate.
+	actAnnounce
 )
 
-var actionNames = [...]string{"wait", "refresh", "restore", "raise", "acquire", "renew", "giveUp"}
+var actionNames = [...]string{"wait", "refresh", "restore", "raise", "acquire", "renew", "giveUp", "accept", "announce"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -79,6 +83,13 @@ type state struct {
 	// validity its holder had handed out; 0: given back).
 	releaseSeen bool
 	releaseWait time.Duration
+	// handoffSeen: the observed Lease is its holder's direct handoff to a
+	// successor, seen replacing the term it names (handoff.go: handedOff);
+	// handoffWait: the validity the giver's app still held.
+	handoffSeen bool
+	handoffWait time.Duration
+	// announceAfter: no announcement patch before this (handoff.go).
+	announceAfter time.Time
 
 	// After the Lease went away.
 	deletedAt   time.Time
@@ -171,6 +182,21 @@ func decide(s *state, c *Config, now time.Time) decision {
 	if s.needRefresh {
 		return decision{wake: wake}
 	}
+	if mayAccept(s) && s.withdrawn == "" {
+		// Handed to us: accept once the giver's app's validity has run
+		// out (our own write starts our validity).
+		at := laterOf(laterOf(s.obsTime.Add(handoffWait(s, c)), s.outUntil), s.holdOff)
+		if !now.Before(at) {
+			return decision{action: actAccept}
+		}
+		wake = earliest(wake, at)
+	}
+	if mustAnnounce(s, c, now) {
+		return decision{action: actAnnounce}
+	}
+	if w := announceChangesAt(s, c, now); !w.IsZero() {
+		wake = earliest(wake, w)
+	}
 	if s.obs != nil && s.maxSeen > transitionsOf(s.obs) {
 		return decision{action: actRaise}
 	}
@@ -202,6 +228,12 @@ func acquireAt(s *state, c *Config) time.Time {
 			wait += c.ClockSkewMargin
 		}
 		at = s.obsTime.Add(wait + contendDelay(s, c))
+	case s.handoffSeen && !heldBy(s.obs, s.identity, s.incarnation):
+		// Handed to another candidate: its successor takes it within a
+		// write and a watch event; if it has not after a retry period, it
+		// may be dead. It never served this term, and the compare-and-swap
+		// lets only one of its acceptance and our acquisition land.
+		at = s.obsTime.Add(handoffWait(s, c) + c.RetryPeriod + contendDelay(s, c))
 	default:
 		// Held, by another candidate or by an earlier process with our
 		// identity (whose term we never resume), or free without a release
@@ -216,13 +248,15 @@ func acquireAt(s *state, c *Config) time.Time {
 // ownRecord: l names us at a count no higher than our latest token, so it
 // records our own (ended) term and nobody acquired since.
 func ownRecord(s *state, l *coordinationv1.Lease) bool {
-	return s.lastToken > 0 && heldBy(l, s.identity, s.incarnation) && transitionsOf(l) <= s.lastToken
+	return s.lastToken > 0 && heldBy(l, s.identity, s.incarnation) && !handoffPending(l) && transitionsOf(l) <= s.lastToken
 }
 
 // ours reports whether l may record a term of this process that was not
 // written free: our latest term's Lease, or an acquire whose answer we lost.
 func ours(s *state, l *coordinationv1.Lease) bool {
-	if !heldBy(l, s.identity, s.incarnation) {
+	if !heldBy(l, s.identity, s.incarnation) || handoffPending(l) {
+		// A handoff to us is not a term of ours until our acceptance
+		// lands (that write removes the record).
 		return false
 	}
 	if s.pendingToken > 0 && transitionsOf(l) == s.pendingToken {

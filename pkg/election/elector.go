@@ -273,7 +273,9 @@ func (e *Elector) releaseFor(ctx context.Context, d time.Duration, why string) e
 // release tells followers to wait until every validity already handed out
 // has run out.
 func (e *Elector) shutdownRelease(ctx context.Context) error {
-	return e.stepDown(ctx, "shutting down", e.cfg.ShutdownHandoff == HandoffImmediate)
+	err := e.stepDown(ctx, "shutting down", e.cfg.ShutdownHandoff == HandoffImmediate)
+	e.withdrawAnnouncement(ctx)
+	return err
 }
 
 // SetCandidate takes this process out of the election (ok false, with the

@@ -75,6 +75,21 @@ func (f *fakeAPI) compareAndSwap(a k8stesting.Action) (bool, runtime.Object, err
 		if curRV := cur.(*coordinationv1.Lease).ResourceVersion; l.ResourceVersion != curRV {
 			return true, nil, apierrors.NewConflict(leaseGVR.GroupResource(), l.Name, fmt.Errorf("resourceVersion %q, stored %q", l.ResourceVersion, curRV))
 		}
+	case "patch":
+		pa := a.(k8stesting.PatchAction)
+		cur, err := f.client.Tracker().Get(leaseGVR, ns, pa.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if l, err = mergeAnnotations(cur.(*coordinationv1.Lease), pa.GetPatch()); err != nil {
+			return true, nil, err
+		}
+		f.next++
+		l.ResourceVersion = fmt.Sprint(f.next)
+		if err := f.client.Tracker().Update(leaseGVR, l, ns); err != nil {
+			return true, nil, err
+		}
+		return true, l.DeepCopy(), nil
 	default:
 		return false, nil, nil
 	}
@@ -103,7 +118,7 @@ func (f *fakeAPI) deleteLease() {
 	}
 }
 
-// writes returns the Lease writes ("create", "update") and reads ("get")
+// calls returns the Lease writes ("create", "update", "patch") and reads ("get")
 // made since the last call: tests assert exactly the calls they expect.
 func (f *fakeAPI) calls() []string {
 	var out []string

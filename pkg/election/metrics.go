@@ -13,6 +13,9 @@ type metrics struct {
 	renewDuration prometheus.Histogram
 	apiErrors     *prometheus.CounterVec
 	collisions    prometheus.Counter
+	handoffs      *prometheus.CounterVec
+	// handoffsAccepted and handoffsGiven are handoffs' two series.
+	handoffsAccepted, handoffsGiven prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
@@ -42,7 +45,12 @@ func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 			Name: "elector_identity_collisions_total",
 			Help: "Writes seen from another process with this process's identity (identities must be unique).",
 		}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "elector_handoffs_total",
+			Help: "Direct handoffs: given (this leader wrote the Lease held by a successor) and accepted (this process took one).",
+		}, []string{"role"}),
 	}
+	m.handoffsAccepted, m.handoffsGiven = m.handoffs.WithLabelValues("accepted"), m.handoffs.WithLabelValues("given")
 	for _, r := range lossReasons {
 		m.losses.WithLabelValues(string(r))
 	}
@@ -53,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, e *Elector) (*metrics, error) {
 		return func() float64 { return f(e.Status()) }
 	}
 	collectors := []prometheus.Collector{
-		m.acquisitions, m.releases, m.losses, m.renewDuration, m.apiErrors, m.collisions,
+		m.acquisitions, m.releases, m.losses, m.renewDuration, m.apiErrors, m.collisions, m.handoffs,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "elector_cannot_lead",
 			Help: "1 while this process cannot be issued a token at all (leaseTransitions exhausted; /leader says why), else 0.",

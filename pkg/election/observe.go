@@ -51,6 +51,7 @@ func (e *Elector) observe(l *coordinationv1.Lease, authoritative bool) {
 			s.attempted = false
 		}
 		s.releaseWait, s.releaseSeen = released(prev, l)
+		s.handoffWait, s.handoffSeen = handedOff(prev, l)
 		if prev != nil && uidOf(prev) != uidOf(l) {
 			// Deleted and created again: its holder may still serve its
 			// token, exactly as after a deletion we saw.

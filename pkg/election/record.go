@@ -78,16 +78,19 @@ func heldBy(l *coordinationv1.Lease, identity, incarnation string) bool {
 }
 
 // markTerm records on l (a copy about to be written by an acquire or a
-// renew) that incarnation writes the term; an earlier release record goes.
+// renew) that incarnation writes the term; an earlier release or handoff
+// record goes.
 func markTerm(l *coordinationv1.Lease, incarnation string) {
 	setAnnotation(l, IncarnationAnnotation, incarnation)
 	delete(l.Annotations, ReleasedAnnotation)
+	delete(l.Annotations, HandoffAnnotation)
 }
 
 // markReleased records on l (a copy about to be written free) that the
 // process incarnation released its term token, and that followers wait
 // at least wait before they take it.
 func markReleased(l *coordinationv1.Lease, token int64, incarnation string, wait time.Duration) {
+	delete(l.Annotations, HandoffAnnotation)
 	ms := (max(wait, 0) + time.Millisecond - 1) / time.Millisecond // rounded up
 	b, _ := json.Marshal(ReleaseRecord{Token: token, Incarnation: incarnation, WaitMs: int64(ms)})
 	setAnnotation(l, ReleasedAnnotation, string(b))

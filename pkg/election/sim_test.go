@@ -35,6 +35,7 @@ var (
 	simMixed     = flag.Bool("sim.mixed", false, "scenario: processes draw one of two configs (lease durations differ); see docs/simulation.md, N7")
 	simMaxInt    = flag.Bool("sim.maxint", false, "scenario N5: the adversary may raise leaseTransitions to MaxInt32; the operator resets it (TransitionsResetAnnotation) when the liveness phase starts")
 	simHandoff   = flag.String("sim.handoff", "", "every process's Config.ShutdownHandoff (after-validity or immediate); default: drawn per process, immediate one time in four")
+	simDirect    = flag.String("sim.direct", "", "every process's Config.DirectHandoff (on or off); default: drawn per process, on three times in four")
 	simFaults    = flag.String("sim.faults", "", "enable exactly these fault kinds (comma-separated, each name or name=weight) instead of a random subset")
 )
 

@@ -11,6 +11,7 @@ package election
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"time"
@@ -223,6 +224,69 @@ func (c simClient) write(l *coordinationv1.Lease, create bool) (*coordinationv1.
 	got, err := do()
 	p.call(verb + ":" + errWord(err))
 	return got, err
+}
+
+// Patch applies a JSON merge patch of metadata.annotations (an
+// announcement, handoff.go), with metadata.uid as a precondition, through
+// the lost-answer fault (applied with the answer lost, or not applied).
+func (c simClient) Patch(_ context.Context, name string, _ types.PatchType, data []byte, _ metav1.PatchOptions, _ ...string) (*coordinationv1.Lease, error) {
+	w, p := c.p.w, c.p
+	if w.now < w.outage {
+		p.call("patch:down")
+		return nil, apierrors.NewServiceUnavailable("simulated outage")
+	}
+	do := func() (*coordinationv1.Lease, error) { return w.srv.patch(name, data, p.name) }
+	if w.faultOn(fLostAnswer) && w.api.Float64() < w.lostP {
+		if w.api.IntN(2) == 0 {
+			_, err := do()
+			p.call("patch:lost(" + errWord(err) + ")")
+		} else {
+			p.call("patch:timeout")
+		}
+		return nil, errSimTimeout
+	}
+	got, err := do()
+	p.call("patch:" + errWord(err))
+	return got, err
+}
+
+func (s *simServer) patch(name string, data []byte, writer string) (*coordinationv1.Lease, error) {
+	cur := s.leases[name]
+	if cur == nil {
+		return nil, apierrors.NewNotFound(leaseGVR.GroupResource(), name)
+	}
+	l, err := mergeAnnotations(cur, data)
+	if err != nil {
+		return nil, err
+	}
+	return s.commit(name, l, writer, "patch", false).DeepCopy(), nil
+}
+
+// mergeAnnotations applies the election's merge patch (metadata.uid as a
+// precondition, metadata.annotations) to a copy of cur, as the API server
+// does for these two fields.
+func mergeAnnotations(cur *coordinationv1.Lease, data []byte) (*coordinationv1.Lease, error) {
+	var mp struct {
+		Metadata struct {
+			UID         types.UID          `json:"uid"`
+			Annotations map[string]*string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(data, &mp); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	if mp.Metadata.UID != "" && mp.Metadata.UID != cur.UID {
+		return nil, apierrors.NewConflict(leaseGVR.GroupResource(), cur.Name, errors.New("uid precondition"))
+	}
+	l := cur.DeepCopy()
+	for k, v := range mp.Metadata.Annotations {
+		if v == nil {
+			delete(l.Annotations, k)
+		} else {
+			setAnnotation(l, k, *v)
+		}
+	}
+	return l, nil
 }
 
 func (c simClient) List(_ context.Context, _ metav1.ListOptions) (*coordinationv1.LeaseList, error) {

@@ -13,12 +13,12 @@ import (
 // simOpts are a run's scenario flags: forced fault kinds (none: swarm),
 // a forced ShutdownHandoff, mixed configs, scenario N5.
 type simOpts struct {
-	faults, handoff string
-	mixed, maxint   bool
+	faults, handoff, direct string
+	mixed, maxint           bool
 }
 
 func flagSimOpts() simOpts {
-	return simOpts{faults: *simFaults, handoff: *simHandoff, mixed: *simMixed, maxint: *simMaxInt}
+	return simOpts{faults: *simFaults, handoff: *simHandoff, direct: *simDirect, mixed: *simMixed, maxint: *simMaxInt}
 }
 
 // parseSimOpts reads the flags of a testdata/sim line.
@@ -30,6 +30,8 @@ func parseSimOpts(args []string) (simOpts, error) {
 			o.faults = v
 		case "-sim.handoff":
 			o.handoff = v
+		case "-sim.direct":
+			o.direct = v
 		case "-sim.mixed":
 			o.mixed = true
 		case "-sim.maxint":
@@ -48,6 +50,9 @@ func (o simOpts) String() string {
 	}
 	if o.handoff != "" {
 		b.WriteString(" -sim.handoff=" + o.handoff)
+	}
+	if o.direct != "" {
+		b.WriteString(" -sim.direct=" + o.direct)
 	}
 	if o.mixed {
 		b.WriteString(" -sim.mixed")

@@ -119,11 +119,20 @@ func (w *simWorld) start(id string) *simProc {
 	if w.opts.handoff != "" {
 		handoff = Handoff(w.opts.handoff)
 	}
+	// Drawn apart from own, whose draws the seeds of findings.txt keep.
+	direct := rand.New(rand.NewPCG(w.seed^0xd14ec7, h.Sum64())).IntN(4) != 0
+	switch w.opts.direct {
+	case "on":
+		direct = true
+	case "off":
+		direct = false
+	}
 	c := p.cfg
 	e, err := New(Config{
 		Client: simClient{p}, Namespace: ns, Name: leaseName, Identity: id,
 		LeaseDuration: c.ld, RenewDeadline: c.rd, RetryPeriod: c.rp, ClockSkewMargin: c.skew,
 		ExpectedCandidates: w.expected, Clock: p.clk, Logger: simLogger, ShutdownHandoff: handoff,
+		DirectHandoff: direct,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("simulator config %+v: %v", *c, err))
@@ -134,7 +143,7 @@ func (w *simWorld) start(id string) *simProc {
 	p.relistAt = w.now + time.Duration(w.api.Int64N(int64(200*time.Millisecond)))
 	w.procs = append(w.procs, p)
 	w.chk.process(p.name, p.id)
-	w.tracef(p, "start", "handoff=%s rate=%.5f ld=%v", handoff, p.rate, c.ld)
+	w.tracef(p, "start", "handoff=%s direct=%t rate=%.5f ld=%v", handoff, direct, p.rate, c.ld)
 	return p
 }
 

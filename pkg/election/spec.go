@@ -135,12 +135,22 @@ func newest(a, b *coordinationv1.Lease) *coordinationv1.Lease {
 
 // recordChanged reports whether the election record differs, the way
 // client-go compares raw records: any change restarts the expiry clock.
+// The record is the spec and the annotations that say who wrote it and how
+// it was given up (record.go, handoff.go); an announcement is not part of
+// it.
 func recordChanged(a, b *coordinationv1.Lease) bool {
 	if a == nil || b == nil {
 		return a != b
 	}
+	for _, k := range recordAnnotations {
+		if annotation(a, k) != annotation(b, k) {
+			return true
+		}
+	}
 	return a.UID != b.UID || !apiequality.Semantic.DeepEqual(a.Spec, b.Spec)
 }
+
+var recordAnnotations = []string{IncarnationAnnotation, ReleasedAnnotation, HandoffAnnotation}
 
 // leaseSeconds rounds a duration up to whole seconds for the Lease.
 func leaseSeconds(d time.Duration) *int32 {

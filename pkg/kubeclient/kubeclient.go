@@ -43,6 +43,7 @@ type LeaseInterface interface {
 	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
 	List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*coordinationv1.Lease, error)
 }
 
 // PodInterface is the part of a typed Pod client the leader label uses;
@@ -190,6 +191,13 @@ func (c *leases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Inte
 	opts.Watch = true
 	return c.client.Get().Namespace(c.ns).Resource("leases").
 		VersionedParams(&opts, parameterCodec).Timeout(timeout(opts)).Watch(ctx)
+}
+
+func (c *leases) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*coordinationv1.Lease, error) {
+	result := &coordinationv1.Lease{}
+	err := c.client.Patch(pt).Namespace(c.ns).Resource("leases").Name(name).SubResource(subresources...).
+		VersionedParams(&opts, parameterCodec).Body(data).Do(ctx).Into(result)
+	return result, err
 }
 
 type pods struct {
