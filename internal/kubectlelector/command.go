@@ -36,6 +36,10 @@ type Deps struct {
 	NewClient func(flags *genericclioptions.ConfigFlags) (kubernetes.Interface, error)
 	// Clock gives "now" for RENEWED, EXPIRES IN and watch lines.
 	Clock clock.PassiveClock
+	// Forward opens a tunnel to port of pod ns/name and returns the base URL to
+	// reach it and a stop function (default: a port-forward through the API
+	// server, as kubectl port-forward).
+	Forward func(ctx context.Context, flags *genericclioptions.ConfigFlags, ns, pod string, port int) (baseURL string, stop func(), err error)
 }
 
 func (d Deps) withDefaults() Deps {
@@ -50,6 +54,9 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.Clock == nil {
 		d.Clock = clock.RealClock{}
+	}
+	if d.Forward == nil {
+		d.Forward = portForward
 	}
 	return d
 }
@@ -111,10 +118,14 @@ func NewCommand(streams genericiooptions.IOStreams, deps Deps) *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
 	root := &cobra.Command{
 		Use:   "kubectl-elector",
-		Short: "Show and follow elector-sidecar elections on Leases",
+		Short: "Show, follow and release elector-sidecar elections on Leases",
 		Long: `Show and follow elector-sidecar elections: the holder of a coordination.k8s.io/v1 Lease,
 its fencing token (spec.leaseTransitions), when it was last renewed and when it expires,
-and the Events the sidecars record on the Lease.
+and the Events the sidecars record on the Lease; make a holder release its term.
+
+Shell completion (Lease names too): 'kubectl elector completion bash|zsh|fish|powershell'
+prints the script for kubectl-elector; for 'kubectl elector <TAB>', put an executable
+kubectl_complete-elector on PATH that runs: kubectl-elector __complete "$@"
 
 Exit codes: 0 success, 1 the command failed (e.g. the Lease does not exist, no access,
 API server unreachable), 2 bad flags or arguments.`,
@@ -130,8 +141,9 @@ API server unreachable), 2 bad flags or arguments.`,
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newStatusCommand(streams, flags, deps), newWatchCommand(streams, flags, deps), newVersionCommand(streams))
+	root.CompletionOptions.HiddenDefaultCmd = false
+	root.AddCommand(newStatusCommand(streams, flags, deps), newWatchCommand(streams, flags, deps), newReleaseCommand(streams, flags, deps),
+		newVersionCommand(streams))
 	return root
 }
 

@@ -13,12 +13,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
 
 // DefaultEvents is how many of the last Events `status LEASE` shows.
@@ -26,37 +29,48 @@ const DefaultEvents = 10
 
 type statusOptions struct {
 	allNamespaces bool
+	allLeases     bool
+	selector      string
 	output        string
 	events        int
+	out           output
 }
 
 func newStatusCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags, deps Deps) *cobra.Command {
 	o := &statusOptions{}
 	c := &cobra.Command{
-		Use:   "status [LEASE] [-n NAMESPACE | -A] [-o json|yaml]",
+		Use:   "status [LEASE] [-n NAMESPACE | -A [--all-leases]] [-l SELECTOR] [-o json|yaml|wide|name|jsonpath=TEMPLATE]",
 		Short: "Show the holder, fencing token and expiry of Leases",
 		Long: `Show the election on Leases: LEASE, HOLDER, TOKEN (spec.leaseTransitions, the holder's
 fencing token), RENEWED (since spec.renewTime), DURATION (spec.leaseDurationSeconds) and
 EXPIRES IN (renewTime + duration - now: "expired" when past, "-" when the Lease is free).
 RENEWED and EXPIRES IN use this machine's clock and the holder's renewTime.
 
-Without LEASE it lists every Lease of the namespace (all namespaces with -A), including
-Leases of other controllers: the plugin does not guess which are elector-sidecar's.
+Without LEASE it lists every Lease of the namespace, other controllers' too. With -A it
+lists, across all namespaces, only the Leases elector-sidecar writes (those carrying its
+elector-sidecar.io/incarnation annotation; node heartbeats and other controllers' Leases
+are left out); --all-leases lists every Lease. -l filters by the Leases' labels (the chart
+labels its Lease app.kubernetes.io/instance=RELEASE), on the API server.
 With LEASE it also shows the last Events on that Lease (involvedObject.kind=Lease), oldest
 first: elector-sidecar records one for every leadership change.
 
 -o json|yaml prints a LeaseStatus (one LEASE) or LeaseStatusList object of apiVersion
-elector-sidecar.io/v1alpha1 with the same fields, times as RFC 3339 and durations in ms.`,
+elector-sidecar.io/v1alpha1 with the same fields, times as RFC 3339 and durations in ms;
+-o jsonpath=TEMPLATE applies kubectl's JSONPath to that object; -o wide adds the absolute
+renew time and the UID; -o name prints lease.coordination.k8s.io/NAME per Lease.`,
 		Example: `  kubectl elector status -n team
   kubectl elector status nightly-run -n team
   kubectl elector status -A
-  kubectl elector status nightly-run -n team -o json`,
+  kubectl elector status -n team -l app.kubernetes.io/instance=billing
+  kubectl elector status nightly-run -n team -o json
+  kubectl elector status nightly-run -n team -o jsonpath='{.holder} {.token}'`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return fmt.Errorf("at most one LEASE, got %d arguments", len(args))
 			}
 			return nil
 		},
+		ValidArgsFunction: completeLeases(flags, deps),
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := o.validate(args); err != nil {
 				return err
@@ -75,17 +89,28 @@ elector-sidecar.io/v1alpha1 with the same fields, times as RFC 3339 and duration
 			return nil
 		},
 	}
-	c.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the Leases of every namespace")
-	c.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
+	c.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list elector-sidecar's Leases of every namespace")
+	c.Flags().BoolVar(&o.allLeases, "all-leases", false, "with -A: list every Lease, not only those elector-sidecar writes")
+	c.Flags().StringVarP(&o.selector, "selector", "l", "", "label selector of the Leases to list (e.g. app.kubernetes.io/instance=billing)")
+	c.Flags().StringVarP(&o.output, "output", "o", "", "output format: "+outputFormats+" (default: a table)")
 	c.Flags().IntVar(&o.events, "events", DefaultEvents, "how many of the last Events to show with one LEASE (0: none)")
 	return c
 }
 
 func (o *statusOptions) validate(args []string) error {
-	switch o.output {
-	case "", "json", "yaml":
-	default:
-		return usagef("--output %q: must be json or yaml", o.output)
+	out, err := parseOutput(o.output)
+	if err != nil {
+		return err
+	}
+	o.out = out
+	if _, err := labels.Parse(o.selector); err != nil {
+		return usagef("--selector %q: %v", o.selector, err)
+	}
+	if o.selector != "" && len(args) == 1 {
+		return usagef("a LEASE name cannot be combined with --selector")
+	}
+	if o.allLeases && !o.allNamespaces {
+		return usagef("--all-leases only widens --all-namespaces (-A); a namespace's list has every Lease already")
 	}
 	if o.events < 0 {
 		return usagef("--events %d: must be 0 or more", o.events)
@@ -113,12 +138,15 @@ func (o *statusOptions) run(ctx context.Context, client kubernetes.Interface, ns
 	if o.allNamespaces {
 		ns = metav1.NamespaceAll
 	}
-	list, err := client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+	list, err := client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: o.selector})
 	if err != nil {
 		return err
 	}
 	items := make([]LeaseStatus, 0, len(list.Items))
 	for i := range list.Items {
+		if o.allNamespaces && !o.allLeases && !WrittenBySidecar(&list.Items[i]) {
+			continue
+		}
 		items = append(items, Status(&list.Items[i], now))
 	}
 	sort.Slice(items, func(i, j int) bool {
@@ -127,7 +155,7 @@ func (o *statusOptions) run(ctx context.Context, client kubernetes.Interface, ns
 		}
 		return items[i].Name < items[j].Name
 	})
-	if o.output == "" && len(items) == 0 {
+	if o.out.table() && len(items) == 0 {
 		if o.allNamespaces {
 			_, err = fmt.Fprintln(out, "No leases found")
 		} else {
@@ -139,19 +167,20 @@ func (o *statusOptions) run(ctx context.Context, client kubernetes.Interface, ns
 }
 
 func (o *statusOptions) print(out io.Writer, obj runtime.Object, items []LeaseStatus, one bool) error {
-	switch o.output {
-	case "json":
-		return (&printers.JSONPrinter{}).PrintObj(obj, out)
-	case "yaml":
-		return (&printers.YAMLPrinter{}).PrintObj(obj, out)
-	}
-	if err := PrintTable(out, items, o.allNamespaces); err != nil {
+	if err := o.out.print(out, obj, items, o.allNamespaces); err != nil {
 		return err
 	}
-	if one && o.events > 0 {
+	if one && o.out.table() && o.events > 0 {
 		return PrintEvents(out, items[0].Events, items[0].ObservedAt.Time)
 	}
 	return nil
+}
+
+// WrittenBySidecar reports whether elector-sidecar has written l: every acquire and renew marks the Lease
+// with the writing process (election.IncarnationAnnotation), and nothing removes the mark.
+func WrittenBySidecar(l *coordinationv1.Lease) bool {
+	_, ok := l.Annotations[election.IncarnationAnnotation]
+	return ok
 }
 
 // Status computes a Lease's row at now.

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
 
 // now is the fixed clock of every test.
@@ -30,7 +32,10 @@ var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 func lease(ns, name, holder string, transitions int32, renewedAgo time.Duration, durationSeconds int32) *coordinationv1.Lease {
 	rt := metav1.NewMicroTime(now.Add(-renewedAgo))
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+			// Written by elector-sidecar (status -A lists only these).
+			Annotations: map[string]string{election.IncarnationAnnotation: "0123456789abcdef"},
+			Labels:      map[string]string{"app.kubernetes.io/instance": name}},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       &holder,
 			LeaseTransitions:     &transitions,
@@ -145,8 +150,17 @@ kube-thing     <none>   0       -          -          -
 nightly-run    pod-a    7       2s ago     15s        13s
 `,
 	}, {
-		name: "all namespaces: NAMESPACE first",
+		name: "all namespaces: NAMESPACE first, only the Leases elector-sidecar wrote",
 		args: []string{"status", "-A"},
+		want: `NAMESPACE   LEASE          HOLDER   TOKEN   RENEWED    DURATION   EXPIRES IN
+other       billing        pod-x    1       1s ago     10s        8s
+team        cache-warmer   pod-c    3       40s ago    15s        expired
+team        free           <none>   8       5m3s ago   15s        -
+team        nightly-run    pod-a    7       2s ago     15s        13s
+`,
+	}, {
+		name: "all namespaces, every Lease with --all-leases",
+		args: []string{"status", "-A", "--all-leases"},
 		want: `NAMESPACE   LEASE          HOLDER   TOKEN   RENEWED    DURATION   EXPIRES IN
 other       billing        pod-x    1       1s ago     10s        8s
 team        cache-warmer   pod-c    3       40s ago    15s        expired
@@ -154,6 +168,55 @@ team        free           <none>   8       5m3s ago   15s        -
 team        kube-thing     <none>   0       -          -          -
 team        nightly-run    pod-a    7       2s ago     15s        13s
 `,
+	}, {
+		name: "a label selector, all namespaces",
+		args: []string{"status", "-A", "-l", "app.kubernetes.io/instance in (billing,free)"},
+		want: `NAMESPACE   LEASE     HOLDER   TOKEN   RENEWED    DURATION   EXPIRES IN
+other       billing   pod-x    1       1s ago     10s        8s
+team        free      <none>   8       5m3s ago   15s        -
+`,
+	}, {
+		name: "a label selector that matches nothing",
+		args: []string{"status", "--selector=app.kubernetes.io/instance=nope"},
+		want: "No leases found in team namespace.\n",
+	}, {
+		name: "wide: the renew time and the UID (!= also selects Leases without the label)",
+		args: []string{"status", "-n", "team", "-o", "wide", "-l", "app.kubernetes.io/instance!=cache-warmer"},
+		want: `LEASE         HOLDER   TOKEN   RENEWED    DURATION   EXPIRES IN   RENEW TIME             UID
+free          <none>   8       5m3s ago   15s        -            2025-06-01T11:54:57Z   uid-free
+kube-thing    <none>   0       -          -          -            -                      <none>
+nightly-run   pod-a    7       2s ago     15s        13s          2025-06-01T11:59:58Z   uid-nightly-run
+`,
+	}, {
+		name: "wide for one Lease keeps its Events",
+		args: []string{"status", "nightly-run", "-o", "wide", "--events=1"},
+		want: `LEASE         HOLDER   TOKEN   RENEWED   DURATION   EXPIRES IN   RENEW TIME             UID
+nightly-run   pod-a    7       2s ago    15s        13s          2025-06-01T11:59:58Z   uid-nightly-run
+
+Events:
+  TIME      TYPE     REASON           FROM    MESSAGE
+  30s ago   Normal   LeaderElection   pod-a   pod-a became leader with fencing token 7
+`,
+	}, {
+		name: "names, as kubectl get -o name",
+		args: []string{"status", "-A", "-o", "name"},
+		want: `lease.coordination.k8s.io/billing
+lease.coordination.k8s.io/cache-warmer
+lease.coordination.k8s.io/free
+lease.coordination.k8s.io/nightly-run
+`,
+	}, {
+		name: "jsonpath over one Lease, its Events included",
+		args: []string{"status", "nightly-run", "-o", "jsonpath={.holder} {.token} {.expiresInMs} {.events[-1:].message}", "--events=2"},
+		want: "pod-a 7 13000 pod-a became leader with fencing token 7",
+	}, {
+		name: "jsonpath over a list",
+		args: []string{"status", "-A", `-o=jsonpath={range .items[*]}{.namespace}/{.name}={.holder}{"\n"}{end}`},
+		want: "other/billing=pod-x\nteam/cache-warmer=pod-c\nteam/free=\nteam/nightly-run=pod-a\n",
+	}, {
+		name: "jsonpath with a missing key prints nothing for it, as kubectl",
+		args: []string{"status", "free", "-o", "jsonpath={.holder}|{.expiresInMs}|{.token}", "--events=0"},
+		want: "||8",
 	}, {
 		name: "one Lease: its Events on the Lease only, oldest first",
 		args: []string{"status", "nightly-run", "-n", "team"},
@@ -349,9 +412,39 @@ func TestStatusErrorsLikeKubectl(t *testing.T) {
 		noAPI:  true,
 	}, {
 		name:   "an unknown output format",
-		args:   []string{"status", "-o", "wide"},
+		args:   []string{"status", "-o", "table"},
 		code:   ExitUsage,
-		stderr: `error: --output "wide": must be json or yaml (see 'kubectl elector status --help')` + "\n",
+		stderr: `error: --output "table": must be one of json, yaml, wide, name, jsonpath=TEMPLATE (see 'kubectl elector status --help')` + "\n",
+		noAPI:  true,
+	}, {
+		name:   "a jsonpath that does not parse",
+		args:   []string{"status", "-o", "jsonpath={.items[*]"},
+		code:   ExitUsage,
+		stderr: `error: --output "jsonpath={.items[*]": unclosed action (see 'kubectl elector status --help')` + "\n",
+		noAPI:  true,
+	}, {
+		name:   "an empty jsonpath",
+		args:   []string{"status", "-o", "jsonpath="},
+		code:   ExitUsage,
+		stderr: `error: --output "jsonpath=": jsonpath= needs a template, e.g. jsonpath='{.holder}' (see 'kubectl elector status --help')` + "\n",
+		noAPI:  true,
+	}, {
+		name:   "a selector that does not parse",
+		args:   []string{"status", "-l", "app in (a"},
+		code:   ExitUsage,
+		stderr: `error: --selector "app in (a": unable to parse requirement: found '', expected: ',' or ')' (see 'kubectl elector status --help')` + "\n",
+		noAPI:  true,
+	}, {
+		name:   "a name with a selector",
+		args:   []string{"status", "x", "-l", "a=b"},
+		code:   ExitUsage,
+		stderr: "error: a LEASE name cannot be combined with --selector (see 'kubectl elector status --help')\n",
+		noAPI:  true,
+	}, {
+		name:   "--all-leases without -A",
+		args:   []string{"status", "--all-leases"},
+		code:   ExitUsage,
+		stderr: "error: --all-leases only widens --all-namespaces (-A); a namespace's list has every Lease already (see 'kubectl elector status --help')\n",
 		noAPI:  true,
 	}, {
 		name:   "a negative event count",

@@ -46,6 +46,7 @@ prints only what changed meanwhile.`,
 			}
 			return nil
 		},
+		ValidArgsFunction: completeLeases(flags, deps),
 		RunE: func(c *cobra.Command, args []string) error {
 			client, ns, err := clientAndNamespace(flags, deps)
 			if err != nil {

@@ -10,12 +10,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/elector-sidecar/elector-sidecar/internal/kubectlelector"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
@@ -212,7 +220,7 @@ func TestKubectlElectorStatusShowsTheLeaseHolderTokenAndEvents(t *testing.T) {
 		t.Errorf("status of a missing Lease: %v\nwant exit 1, stderr %q", r, want)
 	}
 	r = runCommand(t, g.ctx, nil, append([]string{plugin, "status", "--output=table"}, kubeconfig...)...)
-	if want := `error: --output "table": must be json or yaml (see 'kubectl elector status --help')` + "\n"; r.code != 2 || r.stderr != want {
+	if want := `error: --output "table": must be one of json, yaml, wide, name, jsonpath=TEMPLATE (see 'kubectl elector status --help')` + "\n"; r.code != 2 || r.stderr != want {
 		t.Errorf("a bad -o: %v\nwant exit 2, stderr %q", r, want)
 	}
 }
@@ -455,5 +463,145 @@ func TestReadmeWatchingTheElectionSnippetsRunAgainstARealAPIServer(t *testing.T)
 		if !seen[k] {
 			t.Errorf("README.md \"Watching the election\": no %q command ran", k)
 		}
+	}
+}
+
+// TestKubectlElectorStatusFiltersBySelectorOutputAndSidecarLeases: on a real API server, `status -A` lists
+// the Leases a real sidecar wrote and leaves out a Lease no sidecar touched (a node heartbeat's, and the API
+// server's own identity Leases), which --all-leases adds back; -l selects by the labels the sidecar put on
+// its Lease (--lease-labels) on the server; -o name, -o wide and -o jsonpath print the same Lease.
+func TestKubectlElectorStatusFiltersBySelectorOutputAndSidecarLeases(t *testing.T) {
+	plugin := pluginBinary(t)
+	g := newGroup(t, testTimings).withArgs("--lease-labels=app.kubernetes.io/instance=billing")
+	g.start("pod-a")
+	_, tok := g.waitLeader(startupTimeout)
+	kube := kubernetes.NewForConfigOrDie(env.cp.Config)
+	heartbeat := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-heartbeat", Namespace: g.namespace,
+		Labels: map[string]string{"app.kubernetes.io/instance": "billing"}}}
+	other := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "other-app", Namespace: g.namespace,
+		Labels: map[string]string{"app.kubernetes.io/instance": "other"}}}
+	for _, l := range []*coordinationv1.Lease{heartbeat, other} {
+		if _, err := kube.CoordinationV1().Leases(g.namespace).Create(g.ctx, l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kc := []string{"--kubeconfig", env.cp.Kubeconfig}
+	run := func(args ...string) cmdResult {
+		t.Helper()
+		r := runCommand(t, g.ctx, nil, append(append([]string{plugin}, args...), kc...)...)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("kubectl-elector %v: %v", args, r)
+		}
+		return r
+	}
+	keys := `jsonpath={range .items[*]}{.namespace}/{.name}{"\n"}{end}`
+	mine, hb, oth := g.namespace+"/"+g.lease, g.namespace+"/node-heartbeat", g.namespace+"/other-app"
+	// The sidecar labels its Lease with its first write; wait for it (the list reads what the server has).
+	g.waitFor(10*time.Second, "the sidecar's Lease labels", func(ctx context.Context) error {
+		l, err := env.cp.GetLease(ctx, g.namespace, g.lease)
+		if err != nil || l.Labels["app.kubernetes.io/instance"] != "billing" {
+			return fmt.Errorf("labels %v, err %v", l.GetLabels(), err)
+		}
+		return nil
+	})
+
+	all := nonEmptyLines(run("status", "-A", "-o", keys).stdout)
+	if !slices.Contains(all, mine) || slices.Contains(all, hb) || slices.Contains(all, oth) ||
+		slices.ContainsFunc(all, func(k string) bool { return strings.HasPrefix(k, "kube-system/") }) {
+		t.Errorf("status -A lists %v; want %s and no Lease that no sidecar wrote (%s, %s, kube-system's)", all, mine, hb, oth)
+	}
+	every := nonEmptyLines(run("status", "-A", "--all-leases", "-o", keys).stdout)
+	if !slices.Contains(every, mine) || !slices.Contains(every, hb) || !slices.Contains(every, oth) ||
+		!slices.ContainsFunc(every, func(k string) bool { return strings.HasPrefix(k, "kube-system/") }) {
+		t.Errorf("status -A --all-leases lists %v; want %s, %s, %s and the API server's kube-system Leases", every, mine, hb, oth)
+	}
+	if got := nonEmptyLines(run("status", "-A", "-l", "app.kubernetes.io/instance=billing", "-o", keys).stdout); !slices.Equal(got, []string{mine}) {
+		t.Errorf("status -A -l app.kubernetes.io/instance=billing lists %v, want only %s", got, mine)
+	}
+	if got := nonEmptyLines(run("status", "-n", g.namespace, "-l", "app.kubernetes.io/instance=billing", "-o", "name").stdout); !slices.Equal(got,
+		[]string{"lease.coordination.k8s.io/" + g.lease, "lease.coordination.k8s.io/node-heartbeat"}) {
+		t.Errorf("status -n NS -l ... -o name printed %v, want the sidecar's Lease and node-heartbeat (a namespace lists every Lease)", got)
+	}
+
+	l, err := env.cp.GetLease(g.ctx, g.namespace, g.lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := nonEmptyLines(run("status", g.lease, "-n", g.namespace, "-o", "wide", "--events=0").stdout)
+	if len(wide) != 2 || !strings.HasSuffix(strings.Join(strings.Fields(wide[0]), " "), "EXPIRES IN RENEW TIME UID") || !strings.HasSuffix(wide[1], " "+string(l.UID)) ||
+		!strings.HasPrefix(wide[1], g.lease+" ") {
+		t.Errorf("status -o wide printed %q, want the table with RENEW TIME and UID %s", wide, l.UID)
+	}
+	want := fmt.Sprintf("%s %d %s", "pod-a", tok.Token, l.UID)
+	if got := run("status", g.lease, "-n", g.namespace, "-o", "jsonpath={.holder} {.token} {.uid}").stdout; got != want {
+		t.Errorf("status -o jsonpath printed %q, want %q", got, want)
+	}
+}
+
+// TestKubectlElectorReleaseMakesTheRealHolderStepDown: `kubectl elector release` finds the holder's pod on a
+// real API server (the Pod objects stand in for the pods: this tier has no kubelet), sends POST /release to
+// that pod's real sidecar (reached directly here: the port-forward through a kubelet is e2e's, see
+// test/e2e/kubectl_elector_test.go), and the other candidate takes the Lease with the next token; with --for
+// the released sidecar stays out, so releasing the new holder leaves the Lease free.
+func TestKubectlElectorReleaseMakesTheRealHolderStepDown(t *testing.T) {
+	g := newGroup(t, testTimings)
+	g.start("pod-a", "pod-b")
+	leader, tok := g.waitLeader(startupTimeout)
+	g.waitAllSee(leader, tok.Token)
+	kube := kubernetes.NewForConfigOrDie(env.cp.Config)
+	for _, name := range []string{"pod-a", "pod-b"} {
+		p, err := kube.CoreV1().Pods(g.namespace).Create(g.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: g.namespace},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodRunning
+		if _, err := kube.CoreV1().Pods(g.namespace).UpdateStatus(g.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var forwarded []string
+	deps := kubectlelector.Deps{Forward: func(_ context.Context, _ *genericclioptions.ConfigFlags, ns, pod string, port int) (string, func(), error) {
+		forwarded = append(forwarded, fmt.Sprintf("%s/%s:%d", ns, pod, port))
+		c := g.Get(pod)
+		if c == nil {
+			return "", nil, fmt.Errorf("no sidecar for pod %s", pod)
+		}
+		return c.URL, func() {}, nil
+	}}
+	release := func(args ...string) (string, string, int) {
+		var stdout, stderr bytes.Buffer
+		code := kubectlelector.Run(g.ctx, append(args, "--kubeconfig", env.cp.Kubeconfig, "-n", g.namespace),
+			genericiooptions.IOStreams{In: strings.NewReader(""), Out: &stdout, ErrOut: &stderr}, deps)
+		return stdout.String(), stderr.String(), code
+	}
+
+	out, errOut, code := release("release", g.lease, "--for=5m")
+	if want := fmt.Sprintf("lease %s/%s: pod %s released (the Lease was at token %d); it stays out of the election for 5m0s\n", g.namespace, g.lease,
+		leader.Identity(), tok.Token); code != 0 || out != want || errOut != "" {
+		t.Fatalf("release: exit %d, stdout %q, stderr %q; want 0 and %q", code, out, errOut, want)
+	}
+	if want := fmt.Sprintf("%s/%s:%d", g.namespace, leader.Identity(), kubectlelector.DefaultLocalAPIPort); !slices.Equal(forwarded, []string{want}) {
+		t.Errorf("forwarded to %v, want %s", forwarded, want)
+	}
+	next, ntok := g.waitLeader(startupTimeout, leader)
+	if ntok.Token != tok.Token+1 {
+		t.Errorf("%s took over with token %d, want %d", next, ntok.Token, tok.Token+1)
+	}
+	g.waitAllSee(next, ntok.Token)
+
+	// The first holder sits out its 5 minutes: released again, the Lease stays free.
+	if out, errOut, code := release("release", g.lease); code != 0 || errOut != "" || !strings.Contains(out, "pod "+next.Identity()+" released") {
+		t.Fatalf("second release: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	g.waitFor(10*time.Second, "the Lease to be free", func(ctx context.Context) error {
+		if holder, _ := g.leaseState(); holder != "" {
+			return fmt.Errorf("held by %s", holder)
+		}
+		return nil
+	})
+	if out, errOut, code := release("release", g.lease); code != 1 || out != "" ||
+		errOut != fmt.Sprintf("error: lease %s/%s is free: no holder to release (token %d)\n", g.namespace, g.lease, ntok.Token) {
+		t.Errorf("release of the free Lease: exit %d, stdout %q, stderr %q; want exit 1 and the reason", code, out, errOut)
 	}
 }
