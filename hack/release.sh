@@ -99,6 +99,7 @@ done
 log "the chart"
 "$work/chartpkg" --chart "$src/charts/elector-sidecar" --version "$VERSION" --out-dir "$OUT_DIR" >/dev/null
 sbom "$OUT_DIR/elector-sidecar-$VERSION.tgz" elector-sidecar-chart
+(cd "$src/hack/tools" && go run ./krew --version "$VERSION" --dir "$OUT_DIR" --license "$src/LICENSE" --arches "$ARCHES") # krew: elector.yaml + archives
 
 (cd "$OUT_DIR" && find . -maxdepth 1 -type f -printf '%f\n' | LC_ALL=C sort | xargs sha256sum >"$work/SHA256SUMS")
 mv "$work/SHA256SUMS" "$OUT_DIR/SHA256SUMS"
