@@ -232,3 +232,53 @@ func kubectlElectorBinary(t *testing.T) string {
 	t.Logf("built kubectl-elector in %.1fs", time.Since(start).Seconds())
 	return bin
 }
+
+// TestKubectlElectorReleaseThroughPortForward: `kubectl elector release LEASE --for=2m` (the real kubectl
+// dispatching to the plugin) opens a port-forward through the API server and the kubelet to the holder pod's
+// sidecar, which releases: another pod holds the Lease with a higher token, and the released pod stays out.
+// Then `status -A` lists the release's Lease but none of the node heartbeats in kube-node-lease (no sidecar
+// wrote them), which --all-leases adds; `-l app.kubernetes.io/instance=e2e` selects the chart's Lease.
+func TestKubectlElectorReleaseThroughPortForward(t *testing.T) {
+	plugin := kubectlElectorBinary(t)
+	r := newRelease(t, "kubectl-release")
+	r.install()
+	leader, token := r.mustLeader(t)
+	env := []string{
+		"KUBECONFIG=" + suite.kubeconfig,
+		"PATH=" + filepath.Dir(plugin) + string(os.PathListSeparator) + os.Getenv("PATH"),
+	}
+	run := func(args ...string) (string, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, suite.kubectl, args...)
+		cmd.Env = append(os.Environ(), env...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		cmd.WaitDelay = 5 * time.Second
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+
+	start := time.Now()
+	out, errOut, err := run("elector", "release", r.lease, "-n", r.ns, "--for=2m")
+	if err != nil || errOut != "" || !strings.Contains(out, "pod "+leader+" released") {
+		t.Fatalf("kubectl elector release: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
+	holder, newToken := r.waitNewHolder(leader, token, 30*time.Second)
+	timing(t, "kubectl elector release to a new holder", time.Since(start))
+	t.Logf("$ kubectl elector release %s -n %s --for=2m\n%s(new holder %s, token %d -> %d)", r.lease, r.ns, out, holder, token, newToken)
+
+	keys := `jsonpath={range .items[*]}{.namespace}/{.name}{"\n"}{end}`
+	out, errOut, err = run("elector", "status", "-A", "-o", keys)
+	if err != nil || errOut != "" || !strings.Contains(out, r.ns+"/"+r.lease+"\n") || strings.Contains(out, "kube-node-lease/") {
+		t.Errorf("status -A: %v, stderr %q; want %s/%s and no kube-node-lease heartbeat:\n%s", err, errOut, r.ns, r.lease, out)
+	}
+	out, errOut, err = run("elector", "status", "-A", "--all-leases", "-o", keys)
+	if err != nil || errOut != "" || !strings.Contains(out, "kube-node-lease/") {
+		t.Errorf("status -A --all-leases: %v, stderr %q; want the node heartbeats too:\n%s", err, errOut, out)
+	}
+	out, errOut, err = run("elector", "status", "-n", r.ns, "-l", "app.kubernetes.io/instance="+releaseName, "-o", "name")
+	if err != nil || errOut != "" || out != "lease.coordination.k8s.io/"+r.lease+"\n" {
+		t.Errorf("status -l app.kubernetes.io/instance=%s -o name: %v, stderr %q, stdout %q; want the chart's Lease", releaseName, err, errOut, out)
+	}
+}
