@@ -70,4 +70,25 @@
 //   - a Lease seen with a new UID waits like a deletion; a deletion learned
 //     from a relist raises the count past acquisitions we may not have seen;
 //   - a token is never issued below the highest leaseTransitions seen.
+//
+// # Direct handoff
+//
+// With Config.DirectHandoff (handoff.go), candidates announce themselves on
+// the Lease (one merge patch when they join or leave the election), and a
+// leader that steps down writes the Lease held by the newest announced
+// candidate with the next token instead of writing it free. The successor
+// serves only after its own accepting write lands: a validity can only
+// start when its holder sent a write, because a process knows when another
+// process's write was sent only up to clock offsets and watch delays, which
+// the election never assumes bounded. The rules it adds:
+//   - a handoff counts as one only for a candidate that saw it replace the
+//     term its record names (as a release); any other Lease carrying such
+//     a record is waited out like a held one;
+//   - its successor accepts no earlier than the validity the giver's app
+//     still holds (plus the margin), and only if it has seen no higher
+//     count; until its acceptance lands, the handoff is not its term (it
+//     never renews, releases or hands it on);
+//   - the other followers may take a handoff not accepted after that wait
+//     and one retry period: its successor never served it, and the
+//     compare-and-swap lets one of the two writes land.
 package election

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing/configmapstore"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
@@ -852,9 +853,14 @@ func TestUninstallLeavesNothingBehind(t *testing.T) {
 	case err != nil || l == nil:
 		t.Errorf("lease after scaling to 0: %v %v", l, err)
 	case framework.HolderOf(l) == "":
+	case l.Annotations[election.HandoffAnnotation] != "":
+		// The leader handed the Lease to a follower that was stopping too and never accepted
+		// it: nobody serves its token (a handoff is a term only once its successor's own write
+		// lands), and the next candidates wait it out like a free Lease found at start.
+		t.Logf("the leader handed the Lease to %s, which stopped before accepting it", framework.HolderOf(l))
 	default:
 		// A write in flight at SIGTERM finishes (election.WriteGrace) and is then released, so
-		// every sidecar that held the Lease must have written it free.
+		// every sidecar that held the Lease must have written it free or handed it over.
 		t.Errorf("after scaling to 0 the Lease is held by %q: that pod did not release it on SIGTERM", framework.HolderOf(l))
 	}
 	r.uninstall(false)

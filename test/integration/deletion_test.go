@@ -99,15 +99,14 @@ func TestLeaseDeletedDuringHandoffNeverDuplicatesToken(t *testing.T) {
 			go func(c *framework.Candidate) { releaseErr <- c.API.Release(g.ctx) }(leader)
 		}
 
-		// The release lands: holder empty on the same Lease.
-		released := nextEvent(t, w, watch.Modified, 5*time.Second, fmt.Sprintf("round %d: the release by %s", round, leader.Instance), func(l *coordinationv1.Lease) bool {
-			return framework.HolderOf(l) == ""
-		})
+		// The step-down lands on the same Lease: a release (holder empty)
+		// or a direct handoff (held by a successor that has not accepted).
+		released := nextEvent(t, w, watch.Modified, 5*time.Second, fmt.Sprintf("round %d: the step-down by %s", round, leader.Instance), steppedDown)
 		trigger := "release"
 		var frozen *framework.Candidate
 		if onAcquire {
-			acq := nextEvent(t, w, watch.Modified, 5*time.Second, fmt.Sprintf("round %d: a follower's acquire after the release", round), func(l *coordinationv1.Lease) bool {
-				return framework.HolderOf(l) != "" && framework.TransitionsOf(l) > framework.TransitionsOf(released)
+			acq := nextEvent(t, w, watch.Modified, 5*time.Second, fmt.Sprintf("round %d: a follower's acquire after the step-down", round), func(l *coordinationv1.Lease) bool {
+				return acquiredAfter(released, l)
 			})
 			trigger = "acquire"
 			if freeze {

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
@@ -62,20 +61,18 @@ func TestHandoffNeverBreaksTheValidityHandedOut(t *testing.T) {
 				t.Fatalf("round %d: %v", round, err)
 			}
 		}
-		freed := nextEvent(t, w, watch.Modified, 10*time.Second, fmt.Sprintf("round %d: the release by %s", round, leader.Instance), func(l *coordinationv1.Lease) bool {
-			return framework.HolderOf(l) == ""
-		})
+		freed := nextEvent(t, w, watch.Modified, 10*time.Second, fmt.Sprintf("round %d: the step-down by %s", round, leader.Instance), steppedDown)
 		w.Stop()
-		rec, ok := releaseRecord(freed)
+		var rec struct{ Token, WaitMs int64 }
+		var handoff bool
+		rec.Token, rec.WaitMs, handoff, _ = stepDownRecord(freed)
 		switch {
-		case !ok:
-			t.Fatalf("round %d: %s's release (%s) has no release record: annotations %v", round, leader.Instance, how, freed.Annotations)
 		case rec.Token != tok.Token:
-			t.Fatalf("round %d: %s's release record names token %d, it held %d", round, leader.Instance, rec.Token, tok.Token)
+			t.Fatalf("round %d: %s's step-down record (handoff %v) names token %d, it held %d", round, leader.Instance, handoff, rec.Token, tok.Token)
 		case bySIGTERM && rec.WaitMs <= 0:
-			t.Fatalf("round %d: the release at SIGTERM (--shutdown-handoff after-validity, the default) tells followers not to wait: %+v", round, rec)
+			t.Fatalf("round %d: the step-down at SIGTERM (--shutdown-handoff after-validity, the default) tells the next leader not to wait: %+v", round, rec)
 		case !bySIGTERM && rec.WaitMs != 0:
-			t.Fatalf("round %d: POST /release (the app gave the token back) tells followers to wait %dms", round, rec.WaitMs)
+			t.Fatalf("round %d: POST /release (the app gave the token back) tells the next leader to wait %dms", round, rec.WaitMs)
 		}
 		if bySIGTERM {
 			if code, err := leader.Wait(10 * time.Second); err != nil || code != 0 {
@@ -136,13 +133,11 @@ func TestShutdownHandoffImmediateHandsOverOnSIGTERM(t *testing.T) {
 			w.Stop()
 			t.Fatal(err)
 		}
-		freed := nextEvent(t, w, watch.Modified, 10*time.Second, fmt.Sprintf("round %d: the release by %s", round, leader.Instance), func(l *coordinationv1.Lease) bool {
-			return framework.HolderOf(l) == ""
-		})
+		freed := nextEvent(t, w, watch.Modified, 10*time.Second, fmt.Sprintf("round %d: the step-down by %s", round, leader.Instance), steppedDown)
 		w.Stop()
 		how := map[bool]string{true: "ELECTOR_SHUTDOWN_HANDOFF=immediate", false: "--shutdown-handoff=immediate"}[byEnv[leader.Identity()]]
-		if rec, ok := releaseRecord(freed); !ok || rec.WaitMs != 0 || rec.Token != tok.Token {
-			t.Fatalf("round %d: the release by %s (%s) at SIGTERM: record %+v (present %v), want token %d and no wait", round, leader.Instance, how, rec, ok, tok.Token)
+		if token, waitMs, handoff, _ := stepDownRecord(freed); waitMs != 0 || token != tok.Token {
+			t.Fatalf("round %d: the step-down by %s (%s) at SIGTERM: token %d, waitMs %d (handoff %v), want token %d and no wait", round, leader.Instance, how, token, waitMs, handoff, tok.Token)
 		}
 		if code, err := leader.Wait(10 * time.Second); err != nil || code != 0 {
 			t.Fatalf("round %d: %s after SIGTERM: exit %d, %v", round, leader.Instance, code, err)

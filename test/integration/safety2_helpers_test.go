@@ -160,6 +160,40 @@ func releaseRecord(l *coordinationv1.Lease) (election.ReleaseRecord, bool) {
 	return r, true
 }
 
+// stepDownRecord decodes what a leader's step-down wrote: a release
+// record (the Lease written free) or, with the direct handoff, a handoff
+// record (the Lease written held by a successor that has not accepted
+// yet). Both name the token given up and the validity its app still held.
+func stepDownRecord(l *coordinationv1.Lease) (token, waitMs int64, handoff, ok bool) {
+	if r, ok := releaseRecord(l); ok && framework.HolderOf(l) == "" {
+		return r.Token, r.WaitMs, false, true
+	}
+	var h election.HandoffRecord
+	v, found := l.Annotations[election.HandoffAnnotation]
+	if !found || json.Unmarshal([]byte(v), &h) != nil {
+		return 0, 0, false, false
+	}
+	return h.Token, h.WaitMs, true, true
+}
+
+// steppedDown: l is a leader's step-down (a release or a handoff).
+func steppedDown(l *coordinationv1.Lease) bool {
+	_, _, _, ok := stepDownRecord(l)
+	return ok
+}
+
+// acquiredAfter: l is the next term after the step-down sd: a higher count,
+// or the successor's acceptance of the handoff sd (the same count, the
+// handoff record gone).
+func acquiredAfter(sd, l *coordinationv1.Lease) bool {
+	if framework.HolderOf(l) == "" || steppedDown(l) {
+		return false
+	}
+	_, _, handoff, _ := stepDownRecord(sd)
+	return framework.TransitionsOf(l) > framework.TransitionsOf(sd) ||
+		(handoff && framework.TransitionsOf(l) == framework.TransitionsOf(sd) && framework.HolderOf(l) == framework.HolderOf(sd))
+}
+
 // watchLease opens a watch on the group's Lease from its current version.
 func (g *electionGroup) watchLease() (watch.Interface, *coordinationv1.Lease) {
 	g.t.Helper()
