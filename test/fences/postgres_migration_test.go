@@ -152,10 +152,11 @@ func TestPostgresHistoryIsBoundedByDefault(t *testing.T) {
 	if err := pgfence.Migrate(ctx, env.pool); err != nil {
 		t.Fatal(err)
 	}
-	write("pruned", 300)
-	// One check in 64 prunes: at most small + 63 rows are left, at least small.
-	if n := count("pruned"); n < small || n > small+63 {
-		t.Fatalf("%d history rows of 300 checks with history_keep %d (kept over a migration): want %d to %d", n, small, small, small+63)
+	write("pruned", 1100)
+	// One check in 1024 (by history id) prunes: at most small + 1023 rows are
+	// left, at least small.
+	if n := count("pruned"); n < small || n > small+1023 {
+		t.Fatalf("%d history rows of 1100 checks with history_keep %d (kept over a migration): want %d to %d", n, small, small, small+1023)
 	}
 
 	if _, err := env.pool.Exec(ctx, "UPDATE elector_fence_settings SET history_keep = 0"); err != nil {

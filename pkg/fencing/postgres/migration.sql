@@ -15,7 +15,9 @@
 --                           row with a lower token.
 --   elector_fence_settings  one row: history (write history rows at all,
 --                           default true) and history_keep (rows kept per
---                           resource, default 10000; 0 keeps every row).
+--                           resource, default 10000; 0 keeps every row; one
+--                           check in 1024 prunes, so a resource has up to
+--                           about history_keep + 1023 rows).
 --   elector_fence(resource, token, lease_uid, holder)
 --                           the check: accepts token (raising the stored one
 --                           if it is higher), or raises SQLSTATE EF001 (stale)
@@ -179,9 +181,11 @@ BEGIN
         INSERT INTO elector_fence_history (resource, token, lease_uid, holder)
         VALUES (elector_fence.resource, stored_token, stored_uid, NULLIF(elector_fence.holder, ''))
         RETURNING id INTO new_id;
-        -- Pruning: one check in 64 (by history id) drops the resource's rows
-        -- older than its newest history_keep.
-        IF keep > 0 AND new_id % 64 = 0 THEN
+        -- Pruning: one check in 1024 (by history id) drops the resource's
+        -- rows older than its newest history_keep; rare, so that its cost
+        -- stays out of the checks' p99, and one at a time per resource (the
+        -- try-lock: another pruner of the resource is at it already).
+        IF keep > 0 AND new_id % 1024 = 0 AND pg_try_advisory_xact_lock(1162626372, lock_key) THEN
             SELECT h.id INTO cutoff FROM elector_fence_history AS h
              WHERE h.resource = elector_fence.resource AND h.id <= new_id
              ORDER BY h.id DESC OFFSET keep LIMIT 1;

@@ -31,9 +31,10 @@
 //     elector_fence_history WHERE resource = $1 ORDER BY id.
 //   - elector_fence_settings (history boolean default true, history_keep
 //     bigint default 10000): the history is bounded by default. One check in
-//     64 deletes the resource's rows older than its newest history_keep, so
-//     a resource keeps about history_keep rows (history_keep 0 keeps every
-//     row; history false writes none). Change them with UPDATE
+//     1024 (by history id; one pruner per resource at a time) deletes the
+//     resource's rows older than its newest history_keep, so a resource
+//     keeps about history_keep to history_keep + 1023 rows (history_keep 0
+//     keeps every row; history false writes none). Change them with UPDATE
 //     elector_fence_settings SET history_keep = 100000; a migration run
 //     again keeps them.
 //   - elector_fence(resource text, token bigint, lease_uid text DEFAULT
@@ -95,10 +96,10 @@
 // returns the failure instead (errors.As(err, **pgconn.PgError),
 // IsSerializationFailure).
 //
-// The advisory lock's key is (1162626371, hashtext(resource)): two
-// resources whose names hash alike share a lock (they wait for each other,
-// nothing more), and your own two-key advisory locks should not use that
-// first key.
+// The advisory locks' keys are (1162626371, hashtext(resource)) and, for
+// pruning, (1162626372, hashtext(resource)): two resources whose names hash
+// alike share a lock (they wait for each other, nothing more), and your own
+// two-key advisory locks should not use those first keys.
 //
 // # Store
 //

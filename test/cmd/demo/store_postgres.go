@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	pgfence "github.com/elector-sidecar/elector-sidecar/pkg/fencing/postgres"
 	"github.com/elector-sidecar/elector-sidecar/test/framework/dbserver"
 	"github.com/elector-sidecar/elector-sidecar/test/framework/pgstore"
 )
@@ -29,7 +30,7 @@ func openPostgres(ctx context.Context, dir string) (*dbStore, error) {
 	query := "SELECT id, token, lease_uid, holder, committed_at FROM elector_fence_history WHERE resource = 'demo' ORDER BY id"
 	return &dbStore{
 		name:     "PostgreSQL",
-		describe: fmt.Sprintf("PostgreSQL at %s, pkg/fencing/postgres (each commit runs fence('demo', token, lease_uid, holder) and writes the value in one transaction; every accepted write adds a row to elector_fence_history)", srv.Addr),
+		describe: fmt.Sprintf("PostgreSQL at %s, pkg/fencing/postgres (each commit runs elector_fence('demo', token, lease_uid, holder) and writes the value in one transaction; every accepted write adds a row to elector_fence_history, bounded to about %d rows per resource)", srv.Addr, pgfence.DefaultHistoryKeep),
 		query:    query,
 		store:    store,
 		history: func(ctx context.Context) ([]historyRow, error) {

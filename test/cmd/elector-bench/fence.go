@@ -26,9 +26,10 @@ import (
 // repeats times, so drift in the machine's load hits both alike.
 //
 //   - postgres: the Go helper of pkg/fencing/postgres, which checks the token
-//     (the fence() SQL function) and runs the caller's function in the same
-//     transaction, writing one row of user data; against the same
-//     transaction (BEGIN, the same INSERT, COMMIT) without the fence.
+//     (the elector_fence() SQL function, sent with the caller's first
+//     statement) and runs the caller's function in the same transaction,
+//     writing one row of user data; against the same transaction (BEGIN, the
+//     same INSERT, COMMIT) without the fence.
 //   - redis: the fence's Lua script (Fence.Set: check, raise, SET, XADD to
 //     the history) against a plain SET of the same value.
 
@@ -122,9 +123,9 @@ func (e *env) runFence(ctx context.Context, o *options) (*FenceResult, error) {
 	return res, errors.Join(errs...)
 }
 
-// writerCounts: N concurrent writers (they serialize on the fenced
-// resource, as a leader's concurrent writes do), then one writer (the cost
-// of the fence itself, without waiting for each other).
+// writerCounts: N concurrent writers of one resource with one token (a
+// leader's concurrent writes), then one writer (the cost of the fence
+// itself, without waiting for each other).
 func (r *FenceResult) writerCounts() []int {
 	if r.Writers == 1 {
 		return []int{1}
@@ -266,8 +267,8 @@ func (r *FenceResult) dbRows(db string, n int) []Row {
 	f50, p50s := get("fenced", p50), get("plain", p50)
 	f99, p99s := get("fenced", p99), get("plain", p99)
 	fe, pe := get("fenced", errs), get("plain", errs)
-	what := map[string]string{"postgres": "fence() + INSERT in one transaction", "redis": "fence.lua"}[db]
-	base := map[string]string{"postgres": "the same transaction without fence()", "redis": "plain SET"}[db]
+	what := map[string]string{"postgres": "elector_fence() + INSERT in one transaction", "redis": "fence.lua"}[db]
+	base := map[string]string{"postgres": "the same transaction without elector_fence()", "redis": "plain SET"}[db]
 	delta := f99.Median - p99s.Median
 	who := fmt.Sprintf("%d writers", n)
 	if n == 1 {

@@ -26,8 +26,10 @@ const benchInsert = "INSERT INTO bench_user_data (writer, seq, value) VALUES ($1
 // startPostgresTarget starts a throwaway PostgreSQL with the fence's
 // migration and a user table. Every writer has its own connection (each
 // writer is a closed loop, one transaction at a time); the fenced path is
-// Fence.Do (BEGIN, SELECT fence(...), the INSERT, COMMIT), the plain path
-// the same transaction without the fence() call.
+// Fence.Do (BEGIN; SELECT elector_fence(...) and the INSERT in one batch;
+// COMMIT), the plain path the same transaction without the check. Both
+// run with the fence's defaults (history on, pruned to
+// pgfence.DefaultHistoryKeep rows).
 func startPostgresTarget(ctx context.Context, dir string, writers int) (*fenceTarget, string, error) {
 	srv, err := dbserver.StartPostgres(ctx, dbserver.Options{Dir: filepath.Join(dir, "postgres")})
 	if err != nil {
@@ -85,6 +87,6 @@ func startPostgresTarget(ctx context.Context, dir string, writers int) (*fenceTa
 				return pgx.BeginTxFunc(ctx, conns[w], pgx.TxOptions{}, func(tx pgx.Tx) error { return insert(ctx, tx, w, i) })
 			},
 			close: closeAll,
-		}, fmt.Sprintf("PostgreSQL %s at %s (synchronous_commit %[4]s, fsync %[3]s, dbserver's throwaway setting: commits are written, not flushed to disk); fenced = postgres.Fence.Do (BEGIN; SELECT fence('bench', 1, uid, holder); INSERT one row; COMMIT), plain = BEGIN; the same INSERT; COMMIT; one connection per writer",
+		}, fmt.Sprintf("PostgreSQL %s at %s (synchronous_commit %[4]s, fsync %[3]s, dbserver's throwaway setting: commits are written, not flushed to disk); fenced = postgres.Fence.Do (BEGIN; SELECT elector_fence('bench', 1, uid, holder) and INSERT one row, one round trip (a pgx batch); COMMIT; history on, default pruning), plain = BEGIN; the same INSERT; COMMIT; one connection per writer",
 			version, srv.Addr, fsync, syncCommit), nil
 }

@@ -432,7 +432,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	section("fence", "7. Fence: fenced writes vs the same writes unfenced, PostgreSQL and Redis",
-		fmt.Sprintf("one throwaway server per database (test/framework/dbserver), fenced and plain on the same server; %d concurrent writers (they serialize on the one fenced resource, as a leader's concurrent writes would), then 1 writer (the fence's own cost), each a closed loop on its own connection (PostgreSQL: one pgx connection each; Redis: go-redis's pool), all with the same (accepted) token; %v per run, %d repeats interleaved fenced/plain after a 1 s warm-up of each (median and min–max shown); latency of one write, call to return",
+		fmt.Sprintf("one throwaway server per database (test/framework/dbserver), fenced and plain on the same server; %d concurrent writers of the one fenced resource with the same token (a leader's concurrent writes: PostgreSQL runs them in parallel under the resource's shared lock, Redis one script at a time), then 1 writer (the fence's own cost), each a closed loop on its own connection (PostgreSQL: one pgx connection each; Redis: go-redis's pool), all with the same (accepted) token; %v per run, %d repeats interleaved fenced/plain after a 1 s warm-up of each (median and min–max shown); latency of one write, call to return",
 			o.fenceWriters, o.fenceDuration, o.repeats), "unfenced",
 		func(s *Section) error {
 			r, err := e.runFence(ctx, o)
