@@ -504,11 +504,12 @@ metadata:
   labels:
     {{- include "elector-sidecar.labels" . | nindent 4 }}
 rules:
-  # The sidecar reads, watches (with a metadata.name field selector) and updates only its own Lease.
+  # The sidecar reads, watches (with a metadata.name field selector) and updates only its own Lease, and
+  # patches it to announce itself as a candidate for the direct handoff (one annotation of its own).
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
     resourceNames: [{{ include "elector-sidecar.leaseName" . | quote }}]
-    verbs: ["get", "list", "watch", "update"]
+    verbs: ["get", "list", "watch", "update", "patch"]
   # The first candidate creates it; RBAC cannot limit create by name (the name is in the body).
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
