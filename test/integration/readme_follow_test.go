@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,20 +25,25 @@ const followHeading = "Following leadership: long-poll and stream"
 
 // TestReadmeFollowSnippetsSeeAHandoff runs the README's "Following
 // leadership" snippets as written against a real follower: the `curl -N
-// /watch` command, the Go stream client and the Python long-poll. Each first
+// /watch` command, the Go stream client, the Python long-poll and the
+// browser's EventSource (in Node). The Go, Python and JavaScript clients
+// start before the sidecar serves them (each through a gate that drops
+// their first connections, then forwards) and must retry; the JavaScript
+// one then gets the 503 of a full waiter limit (the test holds every other
+// slot of the follower) and must start over once slots are free. Each first
 // shows the current state (another pod leads); when the leader is sent
 // SIGTERM, each shows this pod leading with the next token. (The section's
 // long-poll console command, which ends, runs in
 // TestReadmeSnippetsRunAgainstARealSidecar.)
 func TestReadmeFollowSnippetsSeeAHandoff(t *testing.T) {
-	requireTools(t, "bash", "curl", "python3")
+	requireTools(t, "bash", "curl", "python3", "node")
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	readme := readmeDoc(t, root, "README.md")
 	var watchCmd *readmeCommand
-	var goCode, pyCode string
+	var goCode, pyCode, jsCode string
 	for _, b := range readme.blocks {
 		if !b.Under(followHeading) {
 			continue
@@ -51,10 +59,15 @@ func TestReadmeFollowSnippetsSeeAHandoff(t *testing.T) {
 			goCode = b.Code
 		case "python":
 			pyCode = b.Code
+		case "javascript":
+			jsCode = b.Code
 		}
 	}
-	if watchCmd == nil || goCode == "" || pyCode == "" {
-		t.Fatalf("README.md: want a `curl ... /watch` console command, a go and a python block under %q (blocks: %v)", followHeading, readme.where())
+	if watchCmd == nil || goCode == "" || pyCode == "" || jsCode == "" {
+		t.Fatalf("README.md: want a `curl ... /watch` console command, a go, a python and a javascript block under %q (blocks: %v)", followHeading, readme.where())
+	}
+	if !strings.Contains(jsCode, `addEventListener("leader"`) {
+		t.Errorf("README.md's EventSource snippet does not listen for the \"leader\" event type")
 	}
 
 	g := newGroup(t, testTimings)
@@ -66,16 +79,47 @@ func TestReadmeFollowSnippetsSeeAHandoff(t *testing.T) {
 	}
 	g.waitAllSee(leader, tok.Token)
 	addr := follower.Spec.HTTPAddress
-	bin := buildFollowSnippet(t, root, localAPIAddr.ReplaceAllLiteralString(goCode, addr))
+	pyGate, goGate, jsGate := newGate(t, addr), newGate(t, addr), newGate(t, addr)
+	bin := buildFollowSnippet(t, root, localAPIAddr.ReplaceAllLiteralString(goCode, goGate.addr()))
 
 	ctx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
 	curl := startLines(t, ctx, "curl", "bash", "--noprofile", "--norc", "-c", localAPIAddr.ReplaceAllLiteralString(watchCmd.Command, addr))
-	py := startLines(t, ctx, "python", "python3", "-u", "-c", followPythonPrelude+localAPIAddr.ReplaceAllLiteralString(pyCode, addr))
+	py := startLines(t, ctx, "python", "python3", "-u", "-c", followPythonPrelude+localAPIAddr.ReplaceAllLiteralString(pyCode, pyGate.addr()))
 	if bin.err != nil {
 		t.Fatalf("the Go snippet (the body of func follow(ctx) error) does not compile: %v\nsource:\n%s", bin.err, numbered(bin.source))
 	}
 	gos := startLines(t, ctx, "go", bin.path)
+	js := startLines(t, ctx, "javascript", "node", "--experimental-eventsource", "--no-warnings", "-e",
+		followJSPrelude+localAPIAddr.ReplaceAllLiteralString(jsCode, jsGate.addr()))
+
+	// Not serving yet: each client's first two connections are dropped; it
+	// must retry, and gets through once the gate opens.
+	for _, c := range []struct {
+		name string
+		gate *gate
+	}{{"python", pyGate}, {"go", goGate}, {"javascript", jsGate}} {
+		g.waitFor(60*time.Second, "the "+c.name+" snippet to retry a sidecar that drops its connections", func(context.Context) error {
+			if n := c.gate.dropped.Load(); n < 2 {
+				return fmt.Errorf("%d connections so far", n)
+			}
+			return nil
+		})
+		if c.gate != jsGate {
+			c.gate.open.Store(true)
+		}
+	}
+	// The waiter limit: every slot of the follower taken, EventSource gets
+	// a 503 (and gives up by itself); the snippet must start over.
+	release := fillWatchers(t, ctx, addr)
+	jsGate.open.Store(true)
+	g.waitFor(60*time.Second, "the javascript snippet's /watch to answer 503", func(context.Context) error {
+		if jsGate.got503.Load() == 0 {
+			return errors.New("no 503 yet")
+		}
+		return nil
+	})
+	release()
 
 	// The curl output is what the README shows, by shape.
 	var first []string
@@ -93,7 +137,7 @@ func TestReadmeFollowSnippetsSeeAHandoff(t *testing.T) {
 	}
 	// The Go and Python snippets report the current state first.
 	wantFirst := "leader=false token=0"
-	for _, c := range []*lineProc{gos, py} {
+	for _, c := range []*lineProc{gos, py, js} {
 		if got := c.next(t, 60*time.Second); got != wantFirst {
 			t.Fatalf("%s snippet's first report %q, want %q", c.name, got, wantFirst)
 		}
@@ -103,7 +147,7 @@ func TestReadmeFollowSnippetsSeeAHandoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("leader=true token=%d", tok.Token+1)
-	for _, c := range []*lineProc{gos, py} {
+	for _, c := range []*lineProc{gos, py, js} {
 		c.waitFor(t, 30*time.Second, func(l string) bool { return l == want }, want)
 	}
 	curl.waitFor(t, 30*time.Second, func(l string) bool {
@@ -119,6 +163,48 @@ const followPythonPrelude = `
 def on_leadership(is_leader, token):
     print("leader=%s token=%d" % ("true" if is_leader else "false", token or 0), flush=True)
 `
+
+// followJSPrelude defines onLeadership for the EventSource snippet.
+const followJSPrelude = `
+function onLeadership(isLeader, token) {
+  console.log("leader=" + isLeader + " token=" + token);
+}
+`
+
+// fillWatchers opens /watch streams on the sidecar at addr until one
+// answers 503 (the waiter limit reached) and holds them; the function it
+// returns closes them.
+func fillWatchers(t *testing.T, ctx context.Context, addr string) func() {
+	t.Helper()
+	fctx, cancel := context.WithCancel(ctx)
+	tr := &http.Transport{}
+	hc := &http.Client{Transport: tr}
+	var bodies []io.Closer
+	release := func() {
+		cancel()
+		for _, b := range bodies {
+			_ = b.Close()
+		}
+		tr.CloseIdleConnections()
+	}
+	for range 4096 {
+		req, _ := http.NewRequestWithContext(fctx, http.MethodGet, "http://"+addr+"/watch", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			release()
+			t.Fatalf("filling the waiter slots: GET /watch: %v", err)
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			_ = resp.Body.Close()
+			t.Logf("the waiter limit reached after %d streams", len(bodies))
+			return release
+		}
+		bodies = append(bodies, resp.Body)
+	}
+	release()
+	t.Fatal("GET /watch never answered 503 after 4096 streams")
+	return nil
+}
 
 // sseLineShape compares a line of the README's /watch output with the real
 // one: the id by form, the event exactly, the data JSON by shape.
@@ -231,7 +317,9 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
 
@@ -241,6 +329,9 @@ var (
 	_ = http.Get
 	_ = strings.CutPrefix
 	_ = localapi.LeaderResponse{}
+	_ = api.LeaderResponse{}
+	_ = time.After
+	_ = fmt.Errorf
 )
 
 func onLeadership(isLeader bool, token int64) {

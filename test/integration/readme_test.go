@@ -465,7 +465,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
+	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 	"github.com/elector-sidecar/elector-sidecar/pkg/fencing"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
 )
@@ -473,8 +475,10 @@ import (
 var (
 	_ = json.NewDecoder
 	_ = http.Get
+	_ = api.TokenResponse{}
 	_ = localapi.TokenResponse{}
 	_ = os.Getenv
+	_ = time.After
 )
 
 // electorAddr replaces 127.0.0.1:4040 (os.Args[2]).
