@@ -130,6 +130,21 @@ func TestKustomizeMatchesChart(t *testing.T) {
 			toTyped(t, h.get(t, "ValidatingAdmissionPolicy", ""), &hp)
 			toTyped(t, k.get(t, "ValidatingAdmissionPolicyBinding", ""), &kb)
 			toTyped(t, h.get(t, "ValidatingAdmissionPolicyBinding", ""), &hb)
+			// The Lease's name: config's guard has it only in the match condition, set from the workload's Lease
+			// name (samples/*/lease-name.yaml); its messages read it from the object, where the chart's print it.
+			hPod0, _ := podSpec(t, h, tt.kind)
+			lease := envMap(&hPod0.Spec.InitContainers[0])["ELECTOR_LEASE_NAME"]
+			for i, v := range kp.Spec.Validations {
+				from := "object"
+				if i == 0 { // the DELETE rule: only oldObject is set
+					from = "oldObject"
+				}
+				named := "'/' + " + from + ".metadata.name + ' is guarded"
+				if !strings.Contains(v.MessageExpression, named) {
+					t.Errorf("config lease guard validation %d: message %q does not name the Lease with %s", i, v.MessageExpression, named)
+				}
+				kp.Spec.Validations[i].MessageExpression = strings.ReplaceAll(v.MessageExpression, named, "'/"+lease+" is guarded")
+			}
 			hSpec := strings.ReplaceAll(mustYAML(t, hp.Spec), hp.Name, kp.Name)
 			if kSpec := mustYAML(t, kp.Spec); kSpec != hSpec {
 				t.Errorf("ValidatingAdmissionPolicy spec differs:\n config:\n%s\n chart:\n%s", kSpec, hSpec)
@@ -142,6 +157,17 @@ func TestKustomizeMatchesChart(t *testing.T) {
 			// Workload: same pod spec (sidecar, app, security context, service account).
 			kPod, _ := podSpec(t, k, tt.kind)
 			hPod, _ := podSpec(t, h, tt.kind)
+			// config/sidecar reads the Lease name from the pod annotation the workload's name is copied into (the
+			// one place, config/README.md); the chart writes it: compare the values.
+			for i, e := range kPod.Spec.InitContainers[0].Env {
+				if e.Name == "ELECTOR_LEASE_NAME" {
+					want := "metadata.annotations['" + leaseNameAnnotation + "']"
+					if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != want {
+						t.Errorf("config ELECTOR_LEASE_NAME %+v, want the downward API's %s", e, want)
+					}
+					kPod.Spec.InitContainers[0].Env[i] = corev1.EnvVar{Name: e.Name, Value: kPod.Annotations[leaseNameAnnotation]}
+				}
+			}
 			if !equality.Semantic.DeepEqual(kPod.Spec, hPod.Spec) {
 				t.Errorf("pod spec differs:\n config:\n%s\n chart:\n%s", mustYAML(t, kPod.Spec), mustYAML(t, hPod.Spec))
 			}
