@@ -42,6 +42,10 @@ type Config struct {
 	// LeaderLabel is the pod label key that marks the leader's pod
 	// (--leader-label); off while empty.
 	LeaderLabel string
+	// LeaderLabelSelector is --leader-label-selector: a label selector of
+	// this election's pods; a new leader removes the label only from those
+	// ("": every pod of the namespace).
+	LeaderLabelSelector string
 
 	// LeaseLabels is --lease-labels as given: key=value pairs separated by
 	// commas ("" for none); ElectionConfig parses it.

@@ -76,14 +76,14 @@ func TestParse(t *testing.T) {
 			"ELECTOR_KUBECONFIG": "/k", "ELECTOR_LOG_FORMAT": "json", "ELECTOR_LOG_LEVEL": "debug", "POD_NAME": "ignored",
 			"ELECTOR_APP_HEALTH_URL": "http://localhost:8080/healthz", "ELECTOR_APP_HEALTH_PERIOD": "5s", "ELECTOR_APP_HEALTH_TIMEOUT": "3s",
 			"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "2", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD": "4",
-			"ELECTOR_LEADER_LABEL": "example.com/leader", "ELECTOR_LEASE_LABELS": "app.kubernetes.io/instance=billing",
+			"ELECTOR_LEADER_LABEL": "example.com/leader", "ELECTOR_LEADER_LABEL_SELECTOR": "app.kubernetes.io/instance=billing", "ELECTOR_LEASE_LABELS": "app.kubernetes.io/instance=billing",
 			"ELECTOR_KUBE_API_QPS": "2.5", "ELECTOR_KUBE_API_BURST": "7", "ELECTOR_EXPECTED_CANDIDATES": "5", "ELECTOR_SHUTDOWN_HANDOFF": "immediate"},
 			check: func(t *testing.T, c *Config) {
 				want := Config{LeaseName: "l", LeaseNamespace: "ns", Identity: "me", LeaseDuration: 3 * time.Second,
 					RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 100 * time.Millisecond,
 					HTTPAddress: "127.0.0.1:5050", HTTPEndpoint: ":9090", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
 					AppHealthURL: "http://localhost:8080/healthz", AppHealthPeriod: 5 * time.Second, AppHealthTimeout: 3 * time.Second,
-					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader",
+					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader", LeaderLabelSelector: "app.kubernetes.io/instance=billing",
 					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7, ExpectedCandidates: 5, ShutdownHandoff: "immediate"}
 				if *c != want {
 					t.Fatalf("got %+v\nwant %+v", *c, want)
@@ -206,6 +206,8 @@ func TestParse(t *testing.T) {
 		{name: "leader label name too long", args: []string{"--lease-name=l", "--leader-label=" + strings.Repeat("x", 64)}, host: "h", wantErr: "name part must be no more than 63 bytes"},
 		{name: "leader label empty name", args: []string{"--lease-name=l", "--leader-label=example.com/"}, host: "h", wantErr: `--leader-label "example.com/": not a valid label key: name part must be non-empty`},
 		{name: "leader label from env", env: map[string]string{"ELECTOR_LEASE_NAME": "l", "ELECTOR_LEADER_LABEL": "-leader"}, host: "h", wantErr: `--leader-label "-leader": not a valid label key`},
+		{name: "leader label selector not a selector", args: []string{"--lease-name=l", "--leader-label=k", "--leader-label-selector=a=b=c"}, host: "h",
+			wantErr: `--leader-label-selector "a=b=c": not a label selector: `},
 		{name: "lease labels: the chart's", args: []string{"--lease-name=l", "--lease-labels=app.kubernetes.io/name=elector-sidecar,app.kubernetes.io/instance=billing"}, host: "h", check: func(t *testing.T, c *Config) {
 			want := map[string]string{"app.kubernetes.io/name": "elector-sidecar", "app.kubernetes.io/instance": "billing"}
 			if got := c.ElectionConfig().LeaseLabels; !maps.Equal(got, want) {

@@ -42,6 +42,7 @@ var Flags = []flagSpec{
 	{"app-health-failure-threshold", "ELECTOR_APP_HEALTH_FAILURE_THRESHOLD"},
 	{"app-health-success-threshold", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD"},
 	{"leader-label", "ELECTOR_LEADER_LABEL"},
+	{"leader-label-selector", "ELECTOR_LEADER_LABEL_SELECTOR"},
 	{"lease-labels", "ELECTOR_LEASE_LABELS"},
 	{"expected-candidates", "ELECTOR_EXPECTED_CANDIDATES"},
 	{"shutdown-handoff", "ELECTOR_SHUTDOWN_HANDOFF"},
@@ -105,6 +106,7 @@ func newFlagSet(c *Config) *pflag.FlagSet {
 	fs.IntVar(&c.AppHealthFailureThreshold, "app-health-failure-threshold", apphealth.DefaultFailureThreshold, "consecutive failed probes that make the app unhealthy (the pod steps down)")
 	fs.IntVar(&c.AppHealthSuccessThreshold, "app-health-success-threshold", apphealth.DefaultSuccessThreshold, "consecutive passed probes that make the app healthy (the pod campaigns)")
 	fs.StringVar(&c.LeaderLabel, "leader-label", "", "label key (e.g. "+leaderlabel.DefaultKey+") set to \"true\" on this pod (named by --identity, in the Lease namespace) while it leads, for a Service that routes to the leader (default: off)")
+	fs.StringVar(&c.LeaderLabelSelector, "leader-label-selector", "", "a label selector of this election's pods (e.g. app.kubernetes.io/instance=billing): a new leader removes --leader-label only from the pods it selects, so two elections in one namespace never strip each other's label (default: every pod of the namespace)")
 	fs.StringVar(&c.LeaseLabels, "lease-labels", "", "labels of the Lease, key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing): set when this sidecar creates the Lease; its next write adds any the Lease lacks, and changes or removes none (default: none)")
 	fs.StringVar(&c.ShutdownHandoff, "shutdown-handoff", string(election.HandoffAfterValidity), "on SIGTERM a leader stops its token at once; after-validity: no other pod leads until every token answer already given to the app (expiresInMs) has run out, since nothing guarantees the app stopped using it; immediate: another pod may lead at once, for when the app has exited before the sidecar is stopped (a native sidecar). POST /release is always immediate")
 	fs.IntVar(&c.ExpectedCandidates, "expected-candidates", 0, "how many candidates usually run for this Lease (the replica count): after a release the followers spread their writes over a window sized for at least this many (3 or fewer write at once, 100 over ~1 s); 0: unknown (the Lease learns it from its handoffs)")

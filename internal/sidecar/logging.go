@@ -23,19 +23,25 @@ func NewLogger(c *Config, w io.Writer) *slog.Logger {
 
 // newLogHandler is the handler of --log-format and --log-level. Durations
 // are written as Go duration strings ("15s"), in JSON too (slog's JSON
-// handler would write integer nanoseconds).
+// handler would write integer nanoseconds); client-go's verbose lines
+// (logr V(1) to V(4), slog levels -1 to -4) all say DEBUG.
 func newLogHandler(c *Config, w io.Writer) slog.Handler {
 	level, _ := parseLevel(c.LogLevel)
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsStrings}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: replaceAttr}
 	if c.LogFormat == "json" {
 		return slog.NewJSONHandler(w, opts)
 	}
 	return slog.NewTextHandler(w, opts)
 }
 
-func durationsAsStrings(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
+func replaceAttr(groups []string, a slog.Attr) slog.Attr {
+	switch {
+	case a.Value.Kind() == slog.KindDuration:
 		a.Value = slog.StringValue(a.Value.Duration().String())
+	case a.Key == slog.LevelKey && len(groups) == 0:
+		if l, ok := a.Value.Any().(slog.Level); ok && l < slog.LevelInfo {
+			a.Value = slog.StringValue(slog.LevelDebug.String())
+		}
 	}
 	return a
 }

@@ -43,6 +43,26 @@ func TestJSONLogsHaveOneLoggerKeyAndDurationStrings(t *testing.T) {
 	}
 }
 
+// TestClientGoVerboseLinesSayDebug: at --log-level=debug client-go's
+// V(1) to V(4) lines are logged, each with level DEBUG (not DEBUG+3).
+func TestClientGoVerboseLinesSayDebug(t *testing.T) {
+	var buf bytes.Buffer
+	NewLogger(&Config{LogFormat: "json", LogLevel: "debug"}, &buf)
+	defer klog.ClearLogger()
+	klog.Background().WithName("reflector").V(1).Info("Starting reflector")
+	klog.Background().V(4).Info("Watch close")
+	klog.Background().V(5).Info("too verbose")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want the V(1) and V(4) lines, got:\n%s", buf.String())
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"level":"DEBUG"`) {
+			t.Errorf("line %s: want level DEBUG", l)
+		}
+	}
+}
+
 // TestTextLogsDurationStrings: the text format writes durations as Go
 // durations too.
 func TestTextLogsDurationStrings(t *testing.T) {

@@ -86,7 +86,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if c.LeaderLabel != "" {
 		// The holder identity is the pod name; the pod is in the Lease's namespace.
 		labeler, err = leaderlabel.New(leaderlabel.Config{Client: client, Namespace: c.LeaseNamespace, PodName: c.Identity,
-			Key: c.LeaderLabel, Logger: log, Registerer: electorReg,
+			Key: c.LeaderLabel, PodSelector: c.LeaderLabelSelector, Logger: log, Registerer: electorReg,
 			// A leader reads its pod (and lists the labelled pods) again every lease duration.
 			ResyncPeriod: c.LeaseDuration})
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
@@ -41,6 +42,9 @@ func (c *Config) Validate() error {
 		if why := leaderlabel.ValidateKey(c.LeaderLabel); why != "" {
 			return fmt.Errorf("--leader-label %q: not a valid label key: %s", c.LeaderLabel, why)
 		}
+	}
+	if _, err := labels.Parse(c.LeaderLabelSelector); err != nil {
+		return fmt.Errorf("--leader-label-selector %q: not a label selector: %v", c.LeaderLabelSelector, err)
 	}
 	// Keys and values are checked by the election (leaseLabels below).
 	if _, err := parseLabels(c.LeaseLabels); err != nil {

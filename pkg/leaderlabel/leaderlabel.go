@@ -50,7 +50,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -97,6 +96,12 @@ type Config struct {
 	PodName   string
 	// Key is the label key (a qualified name, e.g. DefaultKey).
 	Key string
+	// PodSelector, if set, is a label selector that the pods of this
+	// election (one release) carry, e.g. app.kubernetes.io/instance=billing:
+	// a new leader removes the label only from those, so that two
+	// elections in one namespace with one key do not strip each other's
+	// label. Empty: every pod of the namespace that carries the label.
+	PodSelector string
 	// Backoff between failed passes; zero means DefaultBackoff.
 	Backoff wait.Backoff
 	// ResyncPeriod between a leader's passes that read the pods again with
@@ -127,6 +132,8 @@ type Labeler struct {
 	log     *slog.Logger
 	clock   clock.WithTicker
 	patches *prometheus.CounterVec
+	// others selects the pods a new leader removes the label from.
+	others string
 
 	// sem serializes passes and BeforeRelease (a channel, so that
 	// BeforeRelease can stop waiting when its context ends). Whoever holds
@@ -156,6 +163,10 @@ func New(cfg Config) (*Labeler, error) {
 	if why := ValidateKey(cfg.Key); why != "" {
 		return nil, fmt.Errorf("leader label key %q: %s", cfg.Key, why)
 	}
+	others, err := othersSelector(cfg.Key, cfg.PodSelector)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Backoff.Duration == 0 {
 		cfg.Backoff = DefaultBackoff
 	}
@@ -166,10 +177,11 @@ func New(cfg Config) (*Labeler, error) {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
 	l := &Labeler{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		clock: cfg.Clock,
-		sem:   make(chan struct{}, 1),
+		cfg:    cfg,
+		others: others,
+		log:    cfg.Logger,
+		clock:  cfg.Clock,
+		sem:    make(chan struct{}, 1),
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "elector_leader_label_patches_total",
 			Help: "Patches of the leader label on pods, by op (add, remove) and result (ok, not_found, error).",
@@ -324,10 +336,11 @@ func (l *Labeler) podGone() {
 }
 
 // removeFromOthers removes the label from every other pod of the namespace
-// that carries it, once per term (token).
+// that carries it (of this election's pods: PodSelector), once per term
+// (token).
 func (l *Labeler) removeFromOthers(ctx context.Context, token int64) error {
 	rctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-	sel := labels.Set{l.cfg.Key: Value}.AsSelector().String()
+	sel := l.others
 	pods, err := l.cfg.Client.Pods(l.cfg.Namespace).List(rctx, metav1.ListOptions{LabelSelector: sel})
 	cancel()
 	if err != nil {
