@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"strconv"
 
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 // portForward opens a port-forward from a free 127.0.0.1 port to port of pod ns/name through the API
@@ -31,24 +31,25 @@ func portForward(ctx context.Context, flags *genericclioptions.ConfigFlags, ns, 
 	if err != nil {
 		return "", nil, err
 	}
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
-	tunneling, err := portforward.NewSPDYOverWebsocketDialer(url, cfg)
+	dialer := spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: transport}, http.MethodPost, url)
+	tunneling, err := portforward.NewSPDYOverWebsocketDialerForStreaming(url, cfg)
 	if err != nil {
 		return "", nil, err
 	}
-	dialer = portforward.NewFallbackDialer(tunneling, dialer, func(err error) bool {
+	dialer = portforward.NewFallbackDialerForStreaming(tunneling, dialer, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
 	stopCh, readyCh := make(chan struct{}), make(chan struct{})
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, stopCh, readyCh, io.Discard, io.Discard)
+	fw, err := portforward.NewOnAddressesForStreaming(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, stopCh, readyCh, io.Discard, io.Discard)
 	if err != nil {
 		return "", nil, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- fw.ForwardPorts() }()
+	wait := func() error { return <-done }
 	stop := func() {
 		close(stopCh)
-		<-done
+		_ = wait() // the forwarder's end: nothing to report once the request is done
 	}
 	select {
 	case <-readyCh:

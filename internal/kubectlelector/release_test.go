@@ -103,7 +103,8 @@ func TestReleaseErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		phase     corev1.PodPhase
-		sidecar   sidecarStub
+		status    int
+		body      string
 		args      []string
 		code      int
 		stderr    string
@@ -119,8 +120,8 @@ func TestReleaseErrors(t *testing.T) {
 		{name: "the holder's pod is not running", phase: corev1.PodPending, args: []string{"release", "nightly-run"}, code: ExitError, noRequest: true,
 			stderr: "error: pod team/pod-a is Pending, not Running: its sidecar cannot be reached\n"},
 		{name: "the sidecar refuses", phase: corev1.PodRunning, args: []string{"release", "nightly-run"}, code: ExitError,
-			sidecar: sidecarStub{status: http.StatusServiceUnavailable, body: `{"error":"the election is not running"}`},
-			stderr:  "error: POST /release to pod team/pod-a: POST /release: 503 Service Unavailable: the election is not running\n"},
+			status: http.StatusServiceUnavailable, body: `{"error":"the election is not running"}`,
+			stderr: "error: POST /release to pod team/pod-a: POST /release: 503 Service Unavailable: the election is not running\n"},
 		{name: "--for too long", args: []string{"release", "nightly-run", "--for=25h"}, code: ExitUsage, noAPI: true, noRequest: true,
 			stderr: "error: --for 25h0m0s: must be between 0 and 24h0m0s (see 'kubectl elector release --help')\n"},
 		{name: "--for negative", args: []string{"release", "nightly-run", "--for=-1s"}, code: ExitUsage, noAPI: true, noRequest: true,
@@ -132,7 +133,7 @@ func TestReleaseErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset(releaseObjects(tc.phase)...)
-			s := &tc.sidecar
+			s := &sidecarStub{status: tc.status, body: tc.body}
 			r := runRelease(t, client, s, tc.args...)
 			if r.code != tc.code || r.stderr != tc.stderr || r.stdout != "" {
 				t.Errorf("exit %d, stderr %q, stdout %q\nwant exit %d, stderr %q, no stdout", r.code, r.stderr, r.stdout, tc.code, tc.stderr)
