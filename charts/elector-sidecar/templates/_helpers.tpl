@@ -336,6 +336,13 @@ or else workload.replicas when the chart renders the workload.
 {{- if .Values.leaderLabel.enabled }}
 - name: ELECTOR_LEADER_LABEL
   value: {{ .Values.leaderLabel.key | quote }}
+{{- /* A new leader strips the label only from this release's pods: two releases in one namespace never fight. */}}
+{{- $podSelector := list }}
+{{- range $k, $v := include "elector-sidecar.selectorLabels" . | fromYaml }}
+{{- $podSelector = append $podSelector (printf "%s=%s" $k $v) }}
+{{- end }}
+- name: ELECTOR_LEADER_LABEL_SELECTOR
+  value: {{ join "," $podSelector | quote }}
 {{- end }}
 {{- with .Values.sidecar.extraEnv }}
 {{ toYaml . }}
