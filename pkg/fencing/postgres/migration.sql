@@ -130,13 +130,19 @@ BEGIN
     IF FOUND AND stored_token = elector_fence.token AND (uid IS NULL OR stored_uid = uid) THEN
         -- The current token, nothing to record: shared with its other writers.
         PERFORM pg_advisory_xact_lock_shared(1162626371, lock_key);
+        -- The read under the lock also reads the settings (one statement
+        -- less on the common path).
         IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
             -- FOR SHARE fails (40001) if the row changed after the snapshot.
-            SELECT f.token, f.lease_uid INTO stored_token, stored_uid
-              FROM elector_fence AS f WHERE f.resource = elector_fence.resource FOR SHARE;
+            SELECT f.token, f.lease_uid, coalesce(s.history, true), coalesce(s.history_keep, 10000)
+              INTO stored_token, stored_uid, write_it, keep
+              FROM elector_fence AS f LEFT JOIN elector_fence_settings AS s ON true
+             WHERE f.resource = elector_fence.resource FOR SHARE OF f;
         ELSE
-            SELECT f.token, f.lease_uid INTO stored_token, stored_uid
-              FROM elector_fence AS f WHERE f.resource = elector_fence.resource;
+            SELECT f.token, f.lease_uid, coalesce(s.history, true), coalesce(s.history_keep, 10000)
+              INTO stored_token, stored_uid, write_it, keep
+              FROM elector_fence AS f LEFT JOIN elector_fence_settings AS s ON true
+             WHERE f.resource = elector_fence.resource;
         END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'elector_fence: the row of resource % was deleted during the check', quote_literal(elector_fence.resource)
@@ -172,10 +178,12 @@ BEGIN
         END IF;
     END IF;
 
-    SELECT s.history, s.history_keep INTO write_it, keep FROM elector_fence_settings AS s;
-    IF NOT FOUND THEN
-        write_it := true;
-        keep := 10000;
+    IF write_it IS NULL THEN -- not read with the token
+        SELECT s.history, s.history_keep INTO write_it, keep FROM elector_fence_settings AS s;
+        IF NOT FOUND THEN
+            write_it := true;
+            keep := 10000;
+        END IF;
     END IF;
     IF write_it THEN
         INSERT INTO elector_fence_history (resource, token, lease_uid, holder)

@@ -64,6 +64,14 @@ type fenceTarget struct {
 	close  func()
 }
 
+// fenceDBs are the section's targets: PostgreSQL with the fence's defaults
+// (the goals are judged on it), PostgreSQL without the history rows
+// (elector_fence_settings.history = false: what the option saves), Redis.
+var fenceDBs = []string{"postgres", pgNoHistory, "redis"}
+
+// pgNoHistory is PostgreSQL with the fence's history off.
+const pgNoHistory = "postgres-no-history"
+
 // benchToken is the token every fenced write carries: the same leader's.
 var benchToken = fencing.Token{Value: 1, LeaseUID: "bench-lease-uid"}
 
@@ -71,13 +79,15 @@ func (e *env) runFence(ctx context.Context, o *options) (*FenceResult, error) {
 	res := &FenceResult{Writers: o.fenceWriters, Duration: o.fenceDuration.Seconds(), Repeats: o.repeats}
 	dir := filepath.Join(e.logDir, "fence")
 	var errs []error // one database failing does not stop the other's runs
-	for _, db := range []string{"postgres", "redis"} {
+	for _, db := range fenceDBs {
 		var t *fenceTarget
 		var desc string
 		var err error
 		switch db {
 		case "postgres":
-			t, desc, err = startPostgresTarget(ctx, dir, o.fenceWriters)
+			t, desc, err = startPostgresTarget(ctx, dir, o.fenceWriters, true)
+		case pgNoHistory:
+			t, desc, err = startPostgresTarget(ctx, dir, o.fenceWriters, false)
 		case "redis":
 			t, desc, err = startRedisTarget(ctx, dir)
 		}
@@ -237,7 +247,7 @@ func infoField(info, key string) string {
 // min–max), the throughput ratio and the p99 delta, against the goals.
 func (r *FenceResult) rows() []Row {
 	var rows []Row
-	for _, db := range []string{"postgres", "redis"} {
+	for _, db := range fenceDBs {
 		for _, n := range r.writerCounts() {
 			rows = append(rows, r.dbRows(db, n)...)
 		}
@@ -267,8 +277,8 @@ func (r *FenceResult) dbRows(db string, n int) []Row {
 	f50, p50s := get("fenced", p50), get("plain", p50)
 	f99, p99s := get("fenced", p99), get("plain", p99)
 	fe, pe := get("fenced", errs), get("plain", errs)
-	what := map[string]string{"postgres": "elector_fence() + INSERT in one transaction", "redis": "fence.lua"}[db]
-	base := map[string]string{"postgres": "the same transaction without elector_fence()", "redis": "plain SET"}[db]
+	what := map[string]string{"postgres": "elector_fence() + INSERT in one transaction", pgNoHistory: "the same, elector_fence_settings.history = false", "redis": "fence.lua"}[db]
+	base := map[string]string{"postgres": "the same transaction without elector_fence()", pgNoHistory: "the same transaction without elector_fence()", "redis": "plain SET"}[db]
 	delta := f99.Median - p99s.Median
 	who := fmt.Sprintf("%d writers", n)
 	if n == 1 {

@@ -30,8 +30,12 @@ const benchInsert = "INSERT INTO bench_user_data (writer, seq, value) VALUES ($1
 // COMMIT), the plain path the same transaction without the check. Both
 // run with the fence's defaults (history on, pruned to
 // pgfence.DefaultHistoryKeep rows).
-func startPostgresTarget(ctx context.Context, dir string, writers int) (*fenceTarget, string, error) {
-	srv, err := dbserver.StartPostgres(ctx, dbserver.Options{Dir: filepath.Join(dir, "postgres")})
+func startPostgresTarget(ctx context.Context, dir string, writers int, history bool) (*fenceTarget, string, error) {
+	name := "postgres"
+	if !history {
+		name = pgNoHistory
+	}
+	srv, err := dbserver.StartPostgres(ctx, dbserver.Options{Dir: filepath.Join(dir, name)})
 	if err != nil {
 		return nil, "", err
 	}
@@ -60,6 +64,10 @@ func startPostgresTarget(ctx context.Context, dir string, writers int) (*fenceTa
 		closeAll()
 		return nil, "", err
 	}
+	if _, err := conns[0].Exec(ctx, "UPDATE elector_fence_settings SET history = $1", history); err != nil {
+		closeAll()
+		return nil, "", err
+	}
 	var version, fsync, syncCommit string
 	if err := conns[0].QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit')").Scan(&version, &fsync, &syncCommit); err != nil {
 		closeAll()
@@ -75,7 +83,7 @@ func startPostgresTarget(ctx context.Context, dir string, writers int) (*fenceTa
 		return err
 	}
 	return &fenceTarget{
-			db: "postgres",
+			db: name,
 			fenced: func(ctx context.Context, w, i int) error {
 				err := fences[w].Do(ctx, "bench", benchToken, fmt.Sprintf("writer-%d", w), func(tx pgx.Tx) error { return insert(ctx, tx, w, i) })
 				if errors.Is(err, fencing.ErrStaleToken) {
@@ -87,6 +95,6 @@ func startPostgresTarget(ctx context.Context, dir string, writers int) (*fenceTa
 				return pgx.BeginTxFunc(ctx, conns[w], pgx.TxOptions{}, func(tx pgx.Tx) error { return insert(ctx, tx, w, i) })
 			},
 			close: closeAll,
-		}, fmt.Sprintf("PostgreSQL %s at %s (synchronous_commit %[4]s, fsync %[3]s, dbserver's throwaway setting: commits are written, not flushed to disk); fenced = postgres.Fence.Do (BEGIN; SELECT elector_fence('bench', 1, uid, holder) and INSERT one row, one round trip (a pgx batch); COMMIT; history on, default pruning), plain = BEGIN; the same INSERT; COMMIT; one connection per writer",
-			version, srv.Addr, fsync, syncCommit), nil
+		}, fmt.Sprintf("PostgreSQL %s at %s (synchronous_commit %[4]s, fsync %[3]s, dbserver's throwaway setting: commits are written, not flushed to disk); fenced = postgres.Fence.Do (BEGIN; SELECT elector_fence('bench', 1, uid, holder) and INSERT one row, one round trip (a pgx batch); COMMIT; history %[5]s), plain = BEGIN; the same INSERT; COMMIT; one connection per writer",
+			version, srv.Addr, fsync, syncCommit, map[bool]string{true: "on, default pruning", false: "off"}[history]), nil
 }
