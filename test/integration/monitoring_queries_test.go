@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
@@ -164,7 +164,7 @@ func checkQuery(expr string, have exported) []string {
 				return nil
 			}
 			for _, m := range n.LabelMatchers {
-				if m.Name != labels.MetricName && !lbls[m.Name] {
+				if m.Name != model.MetricNameLabel && !lbls[m.Name] {
 					problems = append(problems, "metric "+name+" has no label "+m.Name)
 				}
 			}
