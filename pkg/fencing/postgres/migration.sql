@@ -108,6 +108,7 @@ DECLARE
     stored_token bigint;
     stored_uid   text;
     write_it     boolean;
+    shared       boolean;
     keep         bigint;
     new_id       bigint;
     cutoff       bigint;
@@ -123,13 +124,17 @@ BEGIN
     END IF;
     lock_key := hashtext(elector_fence.resource);
 
-    -- What is stored now, without a lock, picks the lock: tokens only go up,
-    -- and a stored UID only goes from unknown to known at one token.
-    SELECT f.token, f.lease_uid INTO stored_token, stored_uid
+    -- What is stored now, read without a lock, picks the lock: tokens only go
+    -- up, and a stored UID only goes from unknown to known at one token. The
+    -- current token with nothing to record takes the lock shared with its
+    -- other writers, in the same statement (after its snapshot: the read
+    -- under the lock, below, is what counts).
+    SELECT f.token, f.lease_uid,
+           CASE WHEN f.token = elector_fence.token AND (uid IS NULL OR f.lease_uid = uid)
+                THEN pg_advisory_xact_lock_shared(1162626371, lock_key) IS NOT NULL END
+      INTO stored_token, stored_uid, shared
       FROM elector_fence AS f WHERE f.resource = elector_fence.resource;
-    IF FOUND AND stored_token = elector_fence.token AND (uid IS NULL OR stored_uid = uid) THEN
-        -- The current token, nothing to record: shared with its other writers.
-        PERFORM pg_advisory_xact_lock_shared(1162626371, lock_key);
+    IF shared THEN
         -- The read under the lock also reads the settings (one statement
         -- less on the common path).
         IF current_setting('transaction_isolation') IN ('repeatable read', 'serializable') THEN
