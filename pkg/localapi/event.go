@@ -1,7 +1,6 @@
 package localapi
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -9,17 +8,21 @@ import (
 )
 
 // The /watch event, encoded once and shared by every stream. A change
-// wakes every stream at once; the first to look encodes the event, the
-// others write the same bytes. Only expiresInMs differs between streams (it
+// wakes every stream at once; the first to look publishes a frame and
+// encodes it, the others wait for it on its ready channel (closed once it is
+// encoded: they all wake together, no lock is handed from stream to stream)
+// and write the same bytes. Only expiresInMs differs between streams (it
 // counts down while they write): the shared part stops before it, and each
 // stream appends the validity left at the instant it writes, so an event's
 // expiresInMs is true when it is written, as before.
 
 // eventFrame is one event: its id (the ETag) and the bytes up to
-// expiresInMs.
+// expiresInMs. key and ready are set before it is published; the rest
+// only before ready is closed.
 type eventFrame struct {
-	key etagKey
-	tag string
+	key   etagKey
+	ready chan struct{}
+	tag   string
 	// head is "id: <tag>\nevent: leader\ndata: {...", the /leader body
 	// without expiresInMs and the closing brace. Read only.
 	head []byte
@@ -29,33 +32,38 @@ type eventFrame struct {
 	deadline time.Time
 }
 
-// eventCache holds the newest frame; mu serializes encoding it, so that
-// the streams a change wakes together encode it once.
+// eventCache holds the newest frame.
 type eventCache struct {
 	frame atomic.Pointer[eventFrame]
-	mu    sync.Mutex
 	// encoded counts the frames encoded (tests).
 	encoded atomic.Int64
-}
-
-// usable reports whether f is the event of the state with key k at now.
-func (f *eventFrame) usable(k etagKey, now time.Time) bool {
-	return f != nil && f.key == k && (!f.leader || now.Before(f.deadline))
 }
 
 // event returns the event of v, a view read at the instant at (taken just
 // before it), encoding it only if no stream has yet.
 func (h *Handler) event(v *view, at time.Time) *eventFrame {
 	k := etagKeyOf(&v.s, v.app, v.releases)
-	now := h.clock.Now()
-	if f := h.events.frame.Load(); f.usable(k, now) {
-		return f
+	for {
+		f := h.events.frame.Load()
+		if f != nil && f.key == k {
+			<-f.ready
+			if !f.leader || h.clock.Now().Before(f.deadline) {
+				return f
+			}
+		}
+		p := &eventFrame{key: k, ready: make(chan struct{})}
+		if !h.events.frame.CompareAndSwap(f, p) {
+			continue // another stream published one meanwhile: look at it
+		}
+		h.encode(p, v, at)
+		return p
 	}
-	h.events.mu.Lock()
-	defer h.events.mu.Unlock()
-	if f := h.events.frame.Load(); f.usable(k, now) {
-		return f
-	}
+}
+
+// encode fills in f, the event of v read at the instant at, and closes its
+// ready channel.
+func (h *Handler) encode(f *eventFrame, v *view, at time.Time) {
+	defer close(f.ready)
 	tag := v.etag()
 	r := newLeaderResponse(&v.s, v.app)
 	head := make([]byte, 0, 64+len(tag)+256)
@@ -63,13 +71,11 @@ func (h *Handler) event(v *view, at time.Time) *eventFrame {
 	head = append(head, tag...)
 	head = append(head, "\nevent: "+api.EventLeader+"\ndata: "...)
 	head = r.AppendJSONUntilExpiry(head)
-	f := &eventFrame{key: k, tag: tag, head: head, leader: v.s.IsLeader}
+	f.tag, f.head, f.leader = tag, head, v.s.IsLeader
 	if f.leader {
 		f.deadline = at.Add(v.s.ExpiresIn)
 	}
-	h.events.frame.Store(f)
 	h.events.encoded.Add(1)
-	return f
 }
 
 // appendTail appends the rest of f's event as written at now: expiresInMs
