@@ -58,6 +58,8 @@ type Config struct {
 	// ShutdownHandoff is --shutdown-handoff: after-validity or immediate
 	// (election.Config.ShutdownHandoff).
 	ShutdownHandoff string
+	// DirectHandoff is --direct-handoff (election.Config.DirectHandoff).
+	DirectHandoff bool
 
 	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit on API
 	// server requests (--kube-api-qps, --kube-api-burst).
@@ -113,6 +115,7 @@ func (c *Config) ElectionConfig() election.Config {
 		LeaseLabels:        labels,
 		ExpectedCandidates: c.ExpectedCandidates,
 		ShutdownHandoff:    election.Handoff(c.ShutdownHandoff),
+		DirectHandoff:      c.DirectHandoff,
 	}
 }
 

@@ -53,7 +53,7 @@ func TestParse(t *testing.T) {
 				RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, ClockSkewMargin: 500 * time.Millisecond,
 				HTTPAddress: "127.0.0.1:4040", LogFormat: "text", LogLevel: "info",
 				AppHealthPeriod: 2 * time.Second, AppHealthTimeout: time.Second, AppHealthFailureThreshold: 3, AppHealthSuccessThreshold: 1,
-				KubeAPIQPS: 50, KubeAPIBurst: 100, ShutdownHandoff: "after-validity"}
+				KubeAPIQPS: 50, KubeAPIBurst: 100, ShutdownHandoff: "after-validity", DirectHandoff: true}
 			if *c != want {
 				t.Fatalf("got %+v\nwant %+v", *c, want)
 			}
@@ -77,14 +77,14 @@ func TestParse(t *testing.T) {
 			"ELECTOR_APP_HEALTH_URL": "http://localhost:8080/healthz", "ELECTOR_APP_HEALTH_PERIOD": "5s", "ELECTOR_APP_HEALTH_TIMEOUT": "3s",
 			"ELECTOR_APP_HEALTH_FAILURE_THRESHOLD": "2", "ELECTOR_APP_HEALTH_SUCCESS_THRESHOLD": "4",
 			"ELECTOR_LEADER_LABEL": "example.com/leader", "ELECTOR_LEADER_LABEL_SELECTOR": "app.kubernetes.io/instance=billing", "ELECTOR_LEASE_LABELS": "app.kubernetes.io/instance=billing",
-			"ELECTOR_KUBE_API_QPS": "2.5", "ELECTOR_KUBE_API_BURST": "7", "ELECTOR_EXPECTED_CANDIDATES": "5", "ELECTOR_SHUTDOWN_HANDOFF": "immediate"},
+			"ELECTOR_KUBE_API_QPS": "2.5", "ELECTOR_KUBE_API_BURST": "7", "ELECTOR_EXPECTED_CANDIDATES": "5", "ELECTOR_SHUTDOWN_HANDOFF": "immediate", "ELECTOR_DIRECT_HANDOFF": "false"},
 			check: func(t *testing.T, c *Config) {
 				want := Config{LeaseName: "l", LeaseNamespace: "ns", Identity: "me", LeaseDuration: 3 * time.Second,
 					RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, ClockSkewMargin: 100 * time.Millisecond,
 					HTTPAddress: "127.0.0.1:5050", HTTPEndpoint: ":9090", MetricsAddress: ":9090", Kubeconfig: "/k", LogFormat: "json", LogLevel: "debug",
 					AppHealthURL: "http://localhost:8080/healthz", AppHealthPeriod: 5 * time.Second, AppHealthTimeout: 3 * time.Second,
 					AppHealthFailureThreshold: 2, AppHealthSuccessThreshold: 4, LeaderLabel: "example.com/leader", LeaderLabelSelector: "app.kubernetes.io/instance=billing",
-					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7, ExpectedCandidates: 5, ShutdownHandoff: "immediate"}
+					LeaseLabels: "app.kubernetes.io/instance=billing", KubeAPIQPS: 2.5, KubeAPIBurst: 7, ExpectedCandidates: 5, ShutdownHandoff: "immediate", DirectHandoff: false}
 				if *c != want {
 					t.Fatalf("got %+v\nwant %+v", *c, want)
 				}
