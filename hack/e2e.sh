@@ -14,11 +14,13 @@
 #   ELECTOR_E2E_RELEASE_DIR      test a release instead (`make release` output, e.g. _output/release/0.2.0): its
 #                                images for this machine's architecture and its packaged chart; VERSION is the
 #                                directory's name
-#   ELECTOR_E2E_RELEASE_BUILD=0  without ELECTOR_E2E_RELEASE_DIR, this script also runs `make release` of the
-#                                committed tree (HEAD) for this machine's architecture only (hack/release.sh with
-#                                ARCHES=$(go env GOARCH), the chart's version, into _output/e2e/release/) and the
-#                                README's values-file test installs that packaged chart with that release's images;
-#                                0 skips the build (that test then installs the checkout's chart, and says so)
+#   ELECTOR_E2E_RELEASE_BUILD=0  without ELECTOR_E2E_RELEASE_DIR, this script runs `make release` of the committed
+#                                tree (HEAD) for this machine's architecture only (hack/release.sh with
+#                                ARCHES=$(go env GOARCH), the chart's version, into _output/e2e/release/): on a
+#                                clean tree the whole suite tests that release (as with ELECTOR_E2E_RELEASE_DIR);
+#                                on a tree with changes the images are built from it too and only the README's
+#                                values-file test installs the release. 0 skips the release (that test then
+#                                installs the checkout's chart, and says so)
 #   ELECTOR_E2E_TIMEOUT          go test -timeout (default 30m)
 #   ELECTOR_E2E_REUSE_CLUSTER=1  run against a local cluster that is already up (import the image into it)
 #                                and leave it running; without it, a running cluster is an error
@@ -42,10 +44,12 @@ IMAGE_REPO="elector-sidecar"
 DEMO_REPO="elector-demo"
 IMAGE_TAR="$ELECTOR_ROOT/_output/e2e/elector-sidecar-image.tar" # not `make image`'s tarball: others may rebuild that meanwhile
 DEMO_TAR="$ELECTOR_ROOT/_output/e2e/elector-demo-image.tar"
-RELEASE_DIR="${ELECTOR_E2E_RELEASE_DIR:-}"
-if [[ -n $RELEASE_DIR ]]; then
-  RELEASE_DIR="$(cd "$RELEASE_DIR" && pwd)" || die "ELECTOR_E2E_RELEASE_DIR=$ELECTOR_E2E_RELEASE_DIR: no such directory"
+# use_release_dir DIR: test the release in DIR (`make release` output): its images for this machine's
+# architecture and its packaged chart.
+use_release_dir() {
+  RELEASE_DIR="$(cd "$1" && pwd)" || die "$1: no such directory"
   VERSION="$(basename "$RELEASE_DIR")"
+  local arch
   arch="$(go env GOARCH)"
   IMAGE_REPO="ghcr.io/elector-sidecar/elector-sidecar" DEMO_REPO="ghcr.io/elector-sidecar/elector-demo"
   IMAGE_TAR="$RELEASE_DIR/elector-sidecar-image-$VERSION-linux-$arch.oci.tar"
@@ -55,6 +59,10 @@ if [[ -n $RELEASE_DIR ]]; then
     [[ -s $f ]] || die "$f is missing: run make release VERSION=$VERSION first"
   done
   (cd "$RELEASE_DIR" && sha256sum --check --quiet SHA256SUMS) || die "$RELEASE_DIR: SHA256SUMS does not match"
+}
+RELEASE_DIR=""
+if [[ -n "${ELECTOR_E2E_RELEASE_DIR:-}" ]]; then
+  use_release_dir "$ELECTOR_E2E_RELEASE_DIR"
 fi
 PLUGIN_BIN="$ELECTOR_ROOT/_output/e2e/bin/kubectl-elector"      # nor bin/kubectl-elector of `make build`
 
@@ -121,32 +129,38 @@ step() {
 # 0. Host packages the local cluster needs (nftables, iproute2, gcc, libseccomp-dev, ...), only when missing.
 hack/install-deps.sh cluster
 
-# 1. The images under test: the release's, or built here.
-if [[ -n $RELEASE_DIR ]]; then
-  log "testing release $VERSION: $IMAGE_TAR, $DEMO_TAR, $ELECTOR_E2E_CHART"
-else
-  log "building the images $IMAGE_REPO:$VERSION and $DEMO_REPO:$VERSION"
-  IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh
-  IMAGE_KIND=demo IMAGE="$DEMO_REPO" OUT="$DEMO_TAR" step hack/image.sh
-  phase "images"
-fi
-
-# 1a. The release under test: with ELECTOR_E2E_RELEASE_DIR, the one given; else `make release` of HEAD for this
-# machine's architecture only (the build cache of step 1 makes it cheap), unless ELECTOR_E2E_RELEASE_BUILD=0.
-REL_IMAGE="" REL_DEMO_IMAGE="" REL_CHART="" REL_TARS=""
-if [[ -n $RELEASE_DIR ]]; then
-  REL_IMAGE="$IMAGE_REPO:$VERSION" REL_DEMO_IMAGE="$DEMO_REPO:$VERSION" REL_CHART="$ELECTOR_E2E_CHART"
-elif [[ "${ELECTOR_E2E_RELEASE_BUILD:-1}" != 0 ]]; then
+# 1. The images under test. With ELECTOR_E2E_RELEASE_DIR, that release's. Else `make release` of HEAD for this
+# machine's architecture only (unless ELECTOR_E2E_RELEASE_BUILD=0): on a clean tree (CI: HEAD is what is
+# tested) the whole suite runs that release's images and packaged chart, and nothing is built twice; on a tree
+# with changes, the images are built from the working tree as well and only the release test
+# (TestReadmeValuesFileElectsOneLeaderAndPassesHelmTest) installs the release.
+REL_TARS="" REL_IMAGE="" REL_DEMO_IMAGE="" REL_CHART=""
+if [[ -z $RELEASE_DIR && "${ELECTOR_E2E_RELEASE_BUILD:-1}" != 0 ]]; then
   rel="$(git show HEAD:charts/elector-sidecar/Chart.yaml | sed -n 's/^version: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p')"
   [[ -n $rel ]] || die "no version in charts/elector-sidecar/Chart.yaml at HEAD"
   rel_arch="$(go env GOARCH)"
   rel_dir="$ELECTOR_ROOT/_output/e2e/release/$rel"
   log "make release VERSION=$rel of HEAD for linux/$rel_arch only, into $rel_dir"
   ARCHES="$rel_arch" VERSION="$rel" OUT_DIR="$rel_dir" step hack/release.sh >/dev/null
-  REL_IMAGE="ghcr.io/elector-sidecar/elector-sidecar:$rel" REL_DEMO_IMAGE="ghcr.io/elector-sidecar/elector-demo:$rel"
-  REL_CHART="$rel_dir/elector-sidecar-$rel.tgz"
-  REL_TARS="$rel_dir/elector-sidecar-image-$rel-linux-$rel_arch.oci.tar $rel_dir/elector-demo-image-$rel-linux-$rel_arch.oci.tar"
   phase "release $rel (linux/$rel_arch)"
+  if [[ -z "$(git status --porcelain)" ]]; then
+    log "the tree is clean: the whole suite tests release $rel"
+    use_release_dir "$rel_dir"
+  else
+    log "the tree has changes (git status): the images are built from it; only the release test installs release $rel"
+    REL_IMAGE="ghcr.io/elector-sidecar/elector-sidecar:$rel" REL_DEMO_IMAGE="ghcr.io/elector-sidecar/elector-demo:$rel"
+    REL_CHART="$rel_dir/elector-sidecar-$rel.tgz"
+    REL_TARS="$rel_dir/elector-sidecar-image-$rel-linux-$rel_arch.oci.tar $rel_dir/elector-demo-image-$rel-linux-$rel_arch.oci.tar"
+  fi
+fi
+if [[ -n $RELEASE_DIR ]]; then
+  log "testing release $VERSION: $IMAGE_TAR, $DEMO_TAR, $ELECTOR_E2E_CHART"
+  REL_IMAGE="$IMAGE_REPO:$VERSION" REL_DEMO_IMAGE="$DEMO_REPO:$VERSION" REL_CHART="$ELECTOR_E2E_CHART"
+else
+  log "building the images $IMAGE_REPO:$VERSION and $DEMO_REPO:$VERSION"
+  IMAGE="$IMAGE_REPO" OUT="$IMAGE_TAR" step hack/image.sh
+  IMAGE_KIND=demo IMAGE="$DEMO_REPO" OUT="$DEMO_TAR" step hack/image.sh
+  phase "images"
 fi
 
 # 1b. The kubectl plugin under test, built as `make build` builds it; test/e2e runs it through kubectl.
