@@ -91,7 +91,10 @@ var (
 	// 8. push; ours is +Inf when a client missed a change.
 	goalPushP99 = &Goal{Section: "push", Metric: "GET /watch and the long-poll, at the new leader and a follower: Lease write -> app p99", Text: "≤ 20 ms", Issue: 10, Check: atMost(20)}
 	// ours: reads later than 50 ms (plus streams that missed the change).
-	goalPushFanout = &Goal{Section: "push", Metric: "1,000 /watch streams on one sidecar: Lease write -> each stream", Text: "every one ≤ 50 ms", Issue: 10, Check: atMost(0)}
+	goalPushFanout = &Goal{Section: "push", Metric: "1,000 /watch streams on one sidecar: Lease write -> each stream's read of the release and of the acquisition", Text: "every one ≤ 50 ms", Issue: 10, Check: atMost(0)}
+	// ours: KiB of VmRSS per stream (with 1,000 streams − idle); 27.3 KiB was measured before each event
+	// was encoded once for all streams.
+	goalPushRSS = &Goal{Section: "push", Metric: "1,000 /watch streams: RSS per stream", Text: "≤ 27.3 KiB", Issue: 25, Check: atMost(27.3)}
 	// 9. leases
 	goalLeasesRequests = &Goal{Section: "leases", Metric: "Lease requests/s at the apiserver", Text: "≤ client-go", Issue: 12, Check: noWorseThanBase}
 	// ours: unplanned leader changes plus Leases not held at the window's end.
@@ -125,7 +128,7 @@ var goals = []*Goal{
 	goalFootprintRSS, goalFootprintBinary,
 	goalScaleP50At3, goalScaleP50At10, goalScaleP50At100, goalScaleP99At100, goalScaleWritesAt100,
 	goalFenceThroughput, goalFenceP99,
-	goalPushP99, goalPushFanout,
+	goalPushP99, goalPushFanout, goalPushRSS,
 	goalLeasesRequests, goalLeasesStable, goalLeasesCPU, goalLeasesRSS, goalLeasesHandoff,
 	goalIdleP99, goalIdleRate, goalIdleClosed,
 	goalObjFenceP99,

@@ -1016,6 +1016,7 @@ func (r *PushResult) rows() []Row {
 		total := f.Watchers * f.Rounds
 		na := func(row Row) Row { row.Baseline, row.Ratio = "n/a", "n/a"; return row }
 		fanout := func(row Row, late float64) Row { goalPushFanout.judge(&row, late, math.NaN()); return row }
+		perStreamRSS := func(row Row, bytes float64) Row { goalPushRSS.judge(&row, bytes/1024, math.NaN()); return row }
 		kib := func(v float64) string { return fmt.Sprintf("%.1f KiB", v/1024) }
 		ppm := func(d Dist) string { return fmt.Sprintf("%s / %s / %s", fmtMs(d.P50), fmtMs(d.P99), fmtMs(d.Max)) }
 		if rl := f.Release; rl.FromWrite.N > 0 {
@@ -1032,8 +1033,8 @@ func (r *PushResult) rows() []Row {
 				Ours: ppm(f.FromWrite)}), float64(f.Late+f.Missed)),
 			na(Row{Metric: "acquisition: first stream -> each stream, p50 / p99 / max", Ours: ppm(f.FromFirst)}),
 			na(Row{Metric: "acquisition: reads later than 50 ms after the write (missed: none within 10 s)", Ours: fmt.Sprintf("%d of %d (missed %d)", f.Late, total, f.Missed)}),
-			na(Row{Metric: fmt.Sprintf("memory per stream: (VmRSS with %d streams − idle) / %d", f.Watchers, f.Watchers),
-				Ours: fmt.Sprintf("%s (%s -> %s)", kib(float64(f.Busy.RSSBytes-f.Idle.RSSBytes)/float64(f.Watchers)), fmtMiB(float64(f.Idle.RSSBytes)), fmtMiB(float64(f.Busy.RSSBytes)))}),
+			perStreamRSS(na(Row{Metric: fmt.Sprintf("memory per stream: (VmRSS with %d streams − idle) / %d", f.Watchers, f.Watchers),
+				Ours: fmt.Sprintf("%s (%s -> %s)", kib(f.rssPerStream()), fmtMiB(float64(f.Idle.RSSBytes)), fmtMiB(float64(f.Busy.RSSBytes)))}), f.rssPerStream()),
 			na(Row{Metric: "Go heap in use per stream (go_memstats_heap_inuse_bytes)",
 				Ours: fmt.Sprintf("%s (%s -> %s)", kib((f.Busy.HeapInuse-f.Idle.HeapInuse)/float64(f.Watchers)), fmtMiB(f.Idle.HeapInuse), fmtMiB(f.Busy.HeapInuse))}),
 			na(Row{Metric: "goroutines per stream (go_goroutines)",
@@ -1041,6 +1042,11 @@ func (r *PushResult) rows() []Row {
 		)
 	}
 	return rows
+}
+
+// rssPerStream is the VmRSS the streams added, in bytes per stream.
+func (f *FanoutResult) rssPerStream() float64 {
+	return float64(f.Busy.RSSBytes-f.Idle.RSSBytes) / float64(f.Watchers)
 }
 
 // notes lists what the table leaves out.

@@ -128,10 +128,25 @@ func TestPushRowsJudgeThePushMethodsAgainstTwentyMilliseconds(t *testing.T) {
 	if row := find("1000 /watch streams on one follower, 1st change"); row.Met != "yes" || row.Ours != "5.00 ms / 20.0 ms / 30.0 ms" {
 		t.Errorf("release fan-out row %+v", row)
 	}
-	if row := find("memory per stream"); !strings.HasPrefix(row.Ours, "10.2 KiB") {
-		t.Errorf("memory row %+v", row)
+	if row := find("memory per stream"); !strings.HasPrefix(row.Ours, "10.2 KiB") || row.Met != "yes" {
+		t.Errorf("memory row %+v, want 10.2 KiB per stream, within the goal", row)
 	}
 	if row := find("goroutines per stream"); !strings.HasPrefix(row.Ours, "2.00 ") {
 		t.Errorf("goroutines row %+v", row)
+	}
+}
+
+// TestPushRowsJudgeRSSPerStreamAgainstTheGoal: the memory row meets the
+// goal at 27.3 KiB per stream and not above.
+func TestPushRowsJudgeRSSPerStreamAgainstTheGoal(t *testing.T) {
+	for _, tt := range []struct {
+		perStream int64 // bytes
+		met       string
+	}{{27 << 10, "yes"}, {27*1024 + 307, "yes"}, {27*1024 + 308, "NO"}, {28 << 10, "NO"}} {
+		r := &PushResult{Fanout: &FanoutResult{Watchers: 1000, Rounds: 1, FromWrite: Dist{N: 1000, P50: 9, P99: 40, Max: 45},
+			Idle: SidecarMem{RSSBytes: 16 << 20}, Busy: SidecarMem{RSSBytes: 16<<20 + 1000*tt.perStream}}}
+		if row := findRow(t, r.rows(), "memory per stream"); row.Met != tt.met {
+			t.Errorf("%d bytes per stream: %+v, want met %q", tt.perStream, row, tt.met)
+		}
 	}
 }
