@@ -121,7 +121,7 @@ var baseRules = []string{
 
 func leaseRules(lease string) []string {
 	var r []string
-	for _, v := range []string{"get", "list", "watch", "update"} {
+	for _, v := range []string{"get", "list", "watch", "update", "patch"} { // patch: the candidate announcement (direct handoff)
 		r = append(r, "coordination.k8s.io/leases/"+lease+":"+v)
 	}
 	return r
