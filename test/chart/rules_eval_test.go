@@ -353,3 +353,20 @@ func TestLeaderCountAndRenewAlertsFire(t *testing.T) {
 		t.Logf("rules: %+v", rules)
 	}
 }
+
+// TestRunbookURLsFollowRunbookBaseURL: every alert's runbook_url is metrics.prometheusRule.runbookBaseURL plus
+// "#" and its name in lower case; a base that is not an http(s) URL, or has a fragment, is refused.
+func TestRunbookURLsFollowRunbookBaseURL(t *testing.T) {
+	const base = "https://wiki.example.com/runbooks/elector"
+	for _, r := range renderedRules(t, "metrics.prometheusRule.runbookBaseURL="+base) {
+		if want := base + "#" + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+			t.Errorf("%s runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+		}
+	}
+	for _, bad := range []string{"wiki.example.com/runbooks", "https://wiki.example.com/r#x", "ftp://example.com/r"} {
+		_, err := render(t, renderOpts{Set: []string{"metrics.prometheusRule.enabled=true", "metrics.prometheusRule.runbookBaseURL=" + bad}})
+		if err == nil || !strings.Contains(err.Error(), "runbookBaseURL") {
+			t.Errorf("runbookBaseURL=%s: %v, want the schema to refuse it", bad, err)
+		}
+	}
+}
