@@ -188,6 +188,37 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 		})
 	}
 
+	// What cannot ride in a batch runs the check alone, first: a statement
+	// with its own QueryExecMode, and a function that sends nothing.
+	for _, tt := range []struct {
+		name string
+		fn   func(tx pgx.Tx) error
+		want []string
+	}{
+		{"QueryExecMode argument", func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO pg_orders (resource, token, note) VALUES ('batched', 3, 'simple protocol')", pgx.QueryExecModeSimpleProtocol)
+			return err
+		}, []string{pgfence.CheckSQL, "INSERT INTO pg_orders (resource, token, note) VALUES ('batched', 3, 'simple protocol')"}},
+		{"nothing sent", func(pgx.Tx) error { return nil }, []string{pgfence.CheckSQL}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr.reset()
+			if err := fence.Do(ctx, "batched", tok, "pod-a", tt.fn); err != nil {
+				t.Fatal(err)
+			}
+			batches, queries := tr.get()
+			var got []string
+			for _, q := range queries {
+				if q != "begin isolation level read committed" && q != "commit" {
+					got = append(got, q)
+				}
+			}
+			if len(batches) != 0 || !slices.Equal(got, tt.want) {
+				t.Fatalf("batches %q, queries %q: want no batch and %q", batches, queries, tt.want)
+			}
+		})
+	}
+
 	if err := pgfence.New(env.pool).Do(ctx, "batched", fencing.Token{Value: 4, LeaseUID: "b"}, "newer", pgInsertOrder("batched", 4, "newer")); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +231,7 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 	if !errors.Is(stmtErr, fencing.ErrStaleToken) {
 		t.Fatalf("fn's first statement returned %v, want the stale token", stmtErr)
 	}
-	want := []string{"exec", "query", "query, second statement", "queryrow", "queryrow, second statement", "newer"}
+	want := []string{"exec", "query", "query, second statement", "queryrow", "queryrow, second statement", "simple protocol", "newer"}
 	if got := env.pgOrders(t, "batched"); !slices.Equal(got, want) {
 		t.Fatalf("rows %q, want %q", got, want)
 	}
