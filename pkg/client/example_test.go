@@ -58,3 +58,34 @@ func Example() {
 	// watch: context canceled
 	// true GET /token: 409 Conflict: not the leader: nobody holds the lease
 }
+
+// Work that runs only while this pod leads, like client-go's
+// OnStartedLeading: fn's context ends when the term does (here the work
+// itself steps down).
+func ExampleClient_RunWhileLeading() {
+	sidecar := startSidecar(nil, leading) // in a pod: the sidecar's local API
+	defer sidecar.Close()
+
+	c, err := client.New(sidecar.URL) // in a pod: client.FromEnv() ($ELECTOR_URL, as the chart sets it)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	err = c.RunWhileLeading(ctx, func(ctx context.Context, tok client.Token) {
+		fmt.Println("leading with token", tok.Token)
+		// The work: fence each write with tok.Fencing(); here, hand the
+		// Lease over.
+		if err := c.Release(context.Background(), 0); err != nil {
+			log.Fatal(err)
+		}
+		<-ctx.Done()
+		fmt.Println("stopped:", context.Cause(ctx))
+		stop() // RunWhileLeading returns
+	})
+	fmt.Println("RunWhileLeading:", err)
+	// Output:
+	// leading with token 7
+	// stopped: leadership ended: token 7 stopped; nobody holds the lease
+	// RunWhileLeading: context canceled
+}
