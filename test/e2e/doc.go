@@ -16,7 +16,11 @@
 //	KUBECONFIG                the cluster (required)
 //	ELECTOR_E2E_IMAGE         the image under test, REPOSITORY:TAG, already present on the nodes (required)
 //	ELECTOR_E2E_PULL_POLICY   image pull policy of the pods (default Never)
-//	ELECTOR_E2E_CHART         chart directory (default charts/elector-sidecar of this repository)
+//	ELECTOR_E2E_CHART         chart directory or packaged chart .tgz (default charts/elector-sidecar of this repository)
+//	ELECTOR_E2E_RELEASE_CHART, ELECTOR_E2E_RELEASE_IMAGE, ELECTOR_E2E_RELEASE_DEMO_IMAGE
+//	                          a release's packaged chart and images (REPOSITORY:TAG, on the nodes), all three or
+//	                          none: the README values-file test installs them (hack/e2e.sh sets them to the
+//	                          release it builds or is given); unset, it installs ELECTOR_E2E_CHART and says so
 //	ELECTOR_E2E_LOG_LEVEL     the sidecars' log level (default info)
 //	KUBECTL, HELM             the CLIs (default: kubectl and helm on PATH, then the hack/ binaries cache)
 //	ELECTOR_E2E_KUBECTL_ELECTOR  the kubectl-elector plugin binary, run through kubectl (default: built
@@ -27,5 +31,6 @@
 // (the image is distroless). The frozen-leader test sends SIGSTOP to the
 // sidecar's process, which it finds by scanning /proc for the container ID:
 // it needs to run as root on the node (true for the local cluster; for kind
-// on a Linux Docker host, as root on the host) and skips itself otherwise.
+// on a Linux Docker host, as root on the host) and skips itself otherwise; so
+// does the fence test, which freezes the leader's app container the same way.
 package e2e
