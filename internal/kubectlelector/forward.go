@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
@@ -13,6 +14,9 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/streaming/pkg/httpstream"
 )
+
+// forwardTimeout bounds opening the port-forward (the API server's and the kubelet's upgrade).
+const forwardTimeout = 30 * time.Second
 
 // portForward opens a port-forward from a free 127.0.0.1 port to port of pod ns/name through the API
 // server (pods/portforward), as kubectl port-forward does: WebSockets first, SPDY when the server does not
@@ -51,10 +55,15 @@ func portForward(ctx context.Context, flags *genericclioptions.ConfigFlags, ns, 
 		close(stopCh)
 		_ = wait() // the forwarder's end: nothing to report once the request is done
 	}
+	timer := time.NewTimer(forwardTimeout)
+	defer timer.Stop()
 	select {
 	case <-readyCh:
 	case err := <-done:
 		return "", nil, err
+	case <-timer.C:
+		stop()
+		return "", nil, fmt.Errorf("not ready after %v", forwardTimeout)
 	case <-ctx.Done():
 		stop()
 		return "", nil, ctx.Err()

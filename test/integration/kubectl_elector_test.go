@@ -605,3 +605,32 @@ func TestKubectlElectorReleaseMakesTheRealHolderStepDown(t *testing.T) {
 		t.Errorf("release of the free Lease: exit %d, stdout %q, stderr %q; want exit 1 and the reason", code, out, errOut)
 	}
 }
+
+// TestKubectlElectorReleaseReportsAPortForwardThatCannotOpen: the plugin binary's own port-forward, through
+// the real API server, to a holder pod that no kubelet runs (this tier has none) fails with one line naming
+// the pod and port, exit 1, and the holder keeps the Lease with its token.
+func TestKubectlElectorReleaseReportsAPortForwardThatCannotOpen(t *testing.T) {
+	plugin := pluginBinary(t)
+	g := newGroup(t, testTimings)
+	g.start("pod-a")
+	leader, tok := g.waitLeader(startupTimeout)
+	kube := kubernetes.NewForConfigOrDie(env.cp.Config)
+	p, err := kube.CoreV1().Pods(g.namespace).Create(g.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: leader.Identity(), Namespace: g.namespace},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if _, err := kube.CoreV1().Pods(g.namespace).UpdateStatus(g.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := runCommand(t, g.ctx, nil, plugin, "release", g.lease, "-n", g.namespace, "--kubeconfig", env.cp.Kubeconfig)
+	prefix := fmt.Sprintf("error: port-forward to pod %s/%s port %d: ", g.namespace, leader.Identity(), kubectlelector.DefaultLocalAPIPort)
+	if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, prefix) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("release to a pod without a kubelet: %v\nwant exit 1 and one line starting %q", r, prefix)
+	}
+	t.Logf("kubectl-elector release: exit %d: %s", r.code, r.stderr)
+	if holder, transitions := g.leaseState(); holder != leader.Identity() || transitions != tok.Token {
+		t.Errorf("after the failed release the Lease has holder %q token %d, want %s still with %d", holder, transitions, leader.Identity(), tok.Token)
+	}
+}
