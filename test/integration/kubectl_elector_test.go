@@ -309,9 +309,12 @@ func checkWatchLines(t *testing.T, lines []string) {
 	}
 }
 
+// TestKubectlElectorWatchPrintsALineWhenTheLeaderChanges: with sidecars that release the Lease free on
+// SIGTERM (--direct-handoff=false), `watch` prints the leader, the release and the takeover, nothing for
+// renewals. (The default direct handoff never leaves the Lease free: TestKubectlElectorWatchShowsADirectHandoff.)
 func TestKubectlElectorWatchPrintsALineWhenTheLeaderChanges(t *testing.T) {
 	plugin := pluginBinary(t)
-	g := newGroup(t, testTimings)
+	g := newGroup(t, testTimings).withArgs("--direct-handoff=false")
 	g.start("pod-a", "pod-b")
 	leader, tok := g.waitLeader(startupTimeout)
 	g.waitRenewed(leader, tok.Token)
@@ -335,6 +338,44 @@ func TestKubectlElectorWatchPrintsALineWhenTheLeaderChanges(t *testing.T) {
 	checkWatchLines(t, lines)
 	if len(lines) != 3 {
 		t.Errorf("%d watch lines, want 3 (the leader, the release, the takeover): renewals print nothing", len(lines))
+	}
+	if e := w.stderr.String(); e != "" {
+		t.Errorf("watch wrote to stderr: %q", e)
+	}
+}
+
+// TestKubectlElectorWatchShowsADirectHandoff: with the sidecars' default direct handoff, a SIGTERM of the
+// leader hands the Lease to the other sidecar in one write; `watch` goes from the leader's line to the new
+// holder's with the next token, and every line in between (if any) is in the documented format with no
+// lower token.
+func TestKubectlElectorWatchShowsADirectHandoff(t *testing.T) {
+	plugin := pluginBinary(t)
+	g := newGroup(t, testTimings)
+	g.start("pod-a", "pod-b")
+	leader, tok := g.waitLeader(startupTimeout)
+	g.waitRenewed(leader, tok.Token)
+
+	w := startWatchProcess(t, nil, plugin, "watch", g.lease, "--kubeconfig", env.cp.Kubeconfig, "-n", g.namespace)
+	first := w.waitLine(t, g, 0, fmt.Sprintf("  holder=%s  token=%d", leader.Identity(), tok.Token))
+	if err := leader.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	next, tok2 := g.waitLeader(startupTimeout, leader)
+	if tok2.Token != tok.Token+1 {
+		t.Fatalf("the new leader's token is %d, want %d", tok2.Token, tok.Token+1)
+	}
+	w.waitLine(t, g, first+1, fmt.Sprintf("  holder=%s  token=%d", next.Identity(), tok2.Token))
+	w.interrupt(t)
+	lines := w.Lines()
+	t.Logf("kubectl-elector watch:\n%s", strings.Join(lines, "\n"))
+	checkWatchLines(t, lines)
+	token := regexp.MustCompile(`  token=(\d+)`)
+	for _, l := range lines {
+		if m := token.FindStringSubmatch(l); m != nil {
+			if n, _ := strconv.ParseInt(m[1], 10, 64); n < tok.Token {
+				t.Errorf("watch line %q: token below the first leader's %d", l, tok.Token)
+			}
+		}
 	}
 	if e := w.stderr.String(); e != "" {
 		t.Errorf("watch wrote to stderr: %q", e)
