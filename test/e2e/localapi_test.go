@@ -240,6 +240,15 @@ func parseLogs(s string) []logLine {
 	return out
 }
 
+// stepDownLine finds the sidecar's step-down at shutdown: a release, or a
+// direct handoff to another pod.
+func stepDownLine(lines []logLine) (logLine, bool) {
+	if l, ok := firstLine(lines, `"msg":"released leadership"`, `"reason":"shutting down"`); ok {
+		return l, true
+	}
+	return firstLine(lines, `"msg":"handed leadership over"`, `"reason":"shutting down"`)
+}
+
 // firstLine: the first line containing every one of subs.
 func firstLine(lines []logLine, subs ...string) (logLine, bool) {
 next:
