@@ -83,6 +83,11 @@ var (
 	goalScaleP50At100    = &Goal{Section: "scale", Metric: "100 candidates: handoff p50", Text: "≤ 30 ms", Issue: 12, Check: atMost(30)}
 	goalScaleP99At100    = &Goal{Section: "scale", Metric: "100 candidates: handoff p99", Text: "≤ 100 ms", Issue: 12, Check: atMost(100)}
 	goalScaleWritesAt100 = &Goal{Section: "scale", Metric: "100 candidates: Lease writes per handoff, median", Text: "≤ 10", Issue: 12, Check: atMost(10)}
+	// ours: a handoff's p50; base: the limit probe's write + watch p50.
+	goalScaleLimit = &Goal{Section: "scale", Metric: "SIGTERM and POST /release handoff p50 at every size vs one Lease write + one watch delivery (the bench's probe, same run)", Text: "≤ 1.3 ×", Issue: 25,
+		Check: func(ours, base float64) bool { return ours <= base*1.3 }}
+	goalScaleBelowClientGo = &Goal{Section: "scale", Metric: "SIGTERM handoff p50 and p99 at every size vs client-go", Text: "< client-go", Issue: 25,
+		Check: func(ours, base float64) bool { return ours < base }}
 	// 7. fence (PostgreSQL; Redis has no numeric goal)
 	goalFenceThroughput = &Goal{Section: "fence", Metric: "PostgreSQL: fenced writes/s vs unfenced", Text: "fence costs ≤ 15% throughput (ratio ≥ 0.85)", Issue: 11,
 		Check: func(ours, base float64) bool { return ours >= base*85/100 }}
@@ -126,7 +131,7 @@ var goals = []*Goal{
 	goalAPIFollower, goalAPIRenew,
 	goalLocalMax, goalLocalP99, goalLocalMaxRatio, goalLocalP99Ratio, goalLocalAllocs,
 	goalFootprintRSS, goalFootprintBinary,
-	goalScaleP50At3, goalScaleP50At10, goalScaleP50At100, goalScaleP99At100, goalScaleWritesAt100,
+	goalScaleP50At3, goalScaleP50At10, goalScaleP50At100, goalScaleP99At100, goalScaleWritesAt100, goalScaleLimit, goalScaleBelowClientGo,
 	goalFenceThroughput, goalFenceP99,
 	goalPushP99, goalPushFanout, goalPushRSS,
 	goalLeasesRequests, goalLeasesStable, goalLeasesCPU, goalLeasesRSS, goalLeasesHandoff,

@@ -409,7 +409,7 @@ func run(ctx context.Context, o *options) error {
 		})
 
 	section("scale", "6. Scale: many candidates on one Lease",
-		fmt.Sprintf("sizes %v, timings %s for both, ours with --expected-candidates=SIZE (as the chart sets it from its replicas); %v steady-state window (Lease requests of all candidates, after the start-up burst), then %d SIGTERM handoffs each",
+		fmt.Sprintf("sizes %v, timings %s for both, ours with --expected-candidates=SIZE (as the chart sets it from its replicas); %v steady-state window (Lease requests of all candidates, after the start-up burst), then %[4]d SIGTERM handoffs each; ours then %[4]d POST /release handoffs, after the bench probed one Lease write and one write + one watch delivery (40 writes of a Lease of its own, the pool running)",
 			o.scaleSizes, fmtTimings(handoffT), o.scaleWindow, o.scaleTrials), "client-go",
 		func(s *Section) error {
 			pts, err := e.runScale(ctx, o)

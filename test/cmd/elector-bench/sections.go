@@ -475,8 +475,14 @@ type ScalePoint struct {
 	StartSeconds float64       `json:"startSeconds"`
 	Steady       *WindowResult `json:"steadyState"`
 	Handoffs     *TrialsResult `json:"handoffs"`
-	TotalRSS     int64         `json:"totalRSSBytes"`
-	Error        string        `json:"error,omitempty"`
+	// Releases: ours only, POST /release handoffs after the SIGTERM ones.
+	Releases *TrialsResult `json:"releases,omitempty"`
+	// Limit: the bench's probe of one Lease write and one watch delivery,
+	// with this pool running (ours only: the same apiserver as its
+	// handoffs, just before them).
+	Limit    *LimitResult `json:"limit,omitempty"`
+	TotalRSS int64        `json:"totalRSSBytes"`
+	Error    string       `json:"error,omitempty"`
 }
 
 func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
@@ -519,9 +525,24 @@ func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
 					return err
 				}
 				pt.Steady = w
+				if kind == sc {
+					e.progress("    %s × %d: probing one write + one watch delivery", kind, n)
+					if pt.Limit, err = e.probeLimit(ctx, p.ns, limitProbes); err != nil {
+						return err
+					}
+				}
 				p.countRequests = true
 				tr, err := p.trials(ctx, leader, modeSIGTERM, o.scaleTrials)
 				pt.Handoffs = tr
+				if err != nil || kind != sc {
+					return err
+				}
+				leader, err = p.leader(ctx, 10*time.Second)
+				if err != nil {
+					return err
+				}
+				p.countRequests = false
+				pt.Releases, err = p.trials(ctx, leader, modeRelease, o.scaleTrials)
 				return err
 			}()
 			if err != nil {
@@ -584,7 +605,13 @@ func scaleRows(points []*ScalePoint) []Row {
 		if g.writes != nil && ow.N > 0 {
 			g.writes.judge(&writes, ow.Median, bw.Median)
 		}
-		rows = append(rows, p50, p99, writes,
+		if g50 := goalScaleBelowClientGo; !noBase && ol.N > 0 {
+			g50.judge(&p50, ol.P50, bl.P50)
+			g50.judge(&p99, ol.P99, bl.P99)
+		}
+		rows = append(rows, p50, p99)
+		rows = append(rows, limitRows(n, o)...)
+		rows = append(rows, writes,
 			Row{Metric: fmt.Sprintf("%d candidates: Lease requests/s, all candidates, steady state (sub-window min–max)", n),
 				Ours: fmtRate(o.Steady), Baseline: fmtRate(b.Steady), Ratio: ratio(o.Steady.PerSecond.total(), b.Steady.PerSecond.total())},
 			Row{Metric: fmt.Sprintf("%d candidates: by verb, req/s", n), Ours: o.Steady.PerSecond.String(), Baseline: b.Steady.PerSecond.String()},
@@ -607,4 +634,36 @@ func fmtRate(w *WindowResult) string {
 		return fmt.Sprintf("%s/s", fmtNum(w.PerSecond.total()))
 	}
 	return fmt.Sprintf("%s (%s–%s)", fmtNum(w.PerSecond.total()), fmtNum(s.Min), fmtNum(s.Max))
+}
+
+// limitProbes is how many probe writes each scale point's limit is made of.
+const limitProbes = 40
+
+// limitRows shows a scale point's handoffs against the limit measured with
+// its pool running: the probe's figures, then each handoff p50 as a
+// multiple of one write + one watch delivery (goalScaleLimit) and of two
+// writes + one watch delivery (what the successor's own write adds).
+func limitRows(n int, o *ScalePoint) []Row {
+	if o.Limit == nil || o.Limit.WriteWatch.N == 0 {
+		return nil
+	}
+	lim := o.Limit
+	rows := []Row{
+		{Metric: fmt.Sprintf("%d candidates: limit probe, one Lease write p50 / p99 (n=%d)", n, lim.Write.N), Ours: fmtMs(lim.Write.P50) + " / " + fmtMs(lim.Write.P99), Baseline: "n/a"},
+		{Metric: fmt.Sprintf("%d candidates: limit probe, one write + one watch delivery p50 / p99", n), Ours: fmtMs(lim.WriteWatch.P50) + " / " + fmtMs(lim.WriteWatch.P99), Baseline: "n/a"},
+	}
+	for _, h := range []struct {
+		how string
+		r   *TrialsResult
+	}{{"SIGTERM", o.Handoffs}, {"POST /release", o.Releases}} {
+		if h.r == nil || h.r.Latency.N == 0 {
+			continue
+		}
+		p50 := h.r.Latency.P50
+		row := Row{Metric: fmt.Sprintf("%d candidates: %s handoff p50 (n=%d) ÷ (one write + one watch delivery); ÷ (two writes + one watch delivery)", n, h.how, h.r.Latency.N),
+			Ours: fmt.Sprintf("%s: %.2f×; %.2f×", fmtMs(p50), p50/lim.WriteWatch.P50, p50/lim.twoWritesOneWatch()), Baseline: "n/a"}
+		goalScaleLimit.judge(&row, p50, lim.WriteWatch.P50)
+		rows = append(rows, row)
+	}
+	return rows
 }
