@@ -108,12 +108,13 @@ func (lw *leaseWatcher) stop() { lw.cancel() }
 // startPool starts n candidates of kind on a fresh Lease: the first takes
 // the Lease alone, then the others join. It returns the leader. Our
 // sidecars get --expected-candidates=n, as the chart sets it.
-func (e *env) startPool(ctx context.Context, kind framework.CandidateKind, lease string, t framework.Timings, n int) (*pool, *framework.Candidate, error) {
+func (e *env) startPool(ctx context.Context, kind framework.CandidateKind, lease string, t framework.Timings, n int, extraArgs ...string) (*pool, *framework.Candidate, error) {
 	p, err := e.newPool(ctx, kind, lease, t)
 	if err != nil {
 		return nil, nil, err
 	}
 	p.expected = n
+	p.extraArgs = extraArgs
 	if _, err := p.start(ctx); err != nil {
 		return p, nil, err
 	}

@@ -72,6 +72,8 @@ type pool struct {
 	// expected, if > 0, is passed to our sidecars as --expected-candidates
 	// (as the chart passes workload.replicas).
 	expected int
+	// extraArgs are added to our sidecars' arguments.
+	extraArgs []string
 
 	events chan acqEvent
 
@@ -117,6 +119,7 @@ func (p *pool) spec() framework.CandidateSpec {
 		if p.expected > 0 {
 			s.ExtraArgs = append(s.ExtraArgs, fmt.Sprintf("--expected-candidates=%d", p.expected))
 		}
+		s.ExtraArgs = append(s.ExtraArgs, p.extraArgs...)
 	}
 	marker := acquiredMarker[p.kind]
 	s.Output = framework.NewLineWriter(func(line string) {

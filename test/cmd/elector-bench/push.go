@@ -763,7 +763,11 @@ func (e *env) runFanout(ctx context.Context, o *options, t framework.Timings) (*
 	}
 	ctx, cancelWatch := context.WithCancel(ctx) // ends the Lease watch
 	defer cancelWatch()
-	p, leader, err := e.startPool(ctx, sc, "bench-fanout", t, o.candidates+1)
+	// Released free (no direct handoff), so that each step-down pushes the
+	// two changes this part measures: the release, then the acquisition. A
+	// direct handoff pushes one, the handoff write (the holder changes once),
+	// which the latency part above measures.
+	p, leader, err := e.startPool(ctx, sc, "bench-fanout", t, o.candidates+1, "--direct-handoff=false")
 	if p != nil {
 		defer p.stopAll()
 	}
