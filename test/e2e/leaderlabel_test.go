@@ -66,7 +66,8 @@ func (r *release) waitSliceIs(ip string, timeout time.Duration) time.Time {
 	return time.Now()
 }
 
-// waitLeaseTaken waits on a Lease watch for a holder other than old and "" and returns it and when it was seen.
+// waitLeaseTaken waits on a Lease watch for a holder other than old and "" (a direct handoff once its
+// successor accepted it) and returns it and when it was seen.
 func (r *release) waitLeaseTaken(events <-chan leaseEvent, old string, timeout time.Duration) (string, time.Time) {
 	r.t.Helper()
 	deadline := time.After(timeout)
@@ -76,7 +77,7 @@ func (r *release) waitLeaseTaken(events <-chan leaseEvent, old string, timeout t
 			if !ok {
 				r.t.Fatal("lease watch ended")
 			}
-			if ev.holder != "" && ev.holder != old {
+			if ev.holder != "" && ev.holder != old && !ev.handoff { // a handoff counts once accepted
 				return ev.holder, ev.at
 			}
 		case <-deadline:

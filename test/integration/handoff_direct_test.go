@@ -65,7 +65,11 @@ func (g *electionGroup) waitAnnounced(ids ...string) *coordinationv1.Lease {
 	return got
 }
 
-func TestReleaseHandsTheLeaseToAnAnnouncedFollowerInOneWriteAndItAcceptsInOne(t *testing.T) {
+// startAnnounced starts three candidates and waits for a leader and for
+// both followers' announcements; it returns the leader, its token, the
+// followers and the Lease with the announcements.
+func startAnnounced(t *testing.T) (*electionGroup, *framework.Candidate, framework.TokenResult, []string, *coordinationv1.Lease) {
+	t.Helper()
 	g := newGroup(t, testTimings)
 	g.start("pod-a", "pod-b", "pod-c")
 	leader, tok := g.waitLeader(startupTimeout)
@@ -75,7 +79,11 @@ func TestReleaseHandsTheLeaseToAnAnnouncedFollowerInOneWriteAndItAcceptsInOne(t 
 			followers = append(followers, id)
 		}
 	}
-	l := g.waitAnnounced(followers...)
+	return g, leader, tok, followers, g.waitAnnounced(followers...)
+}
+
+func TestReleaseHandsTheLeaseToAnAnnouncedFollowerInOneWriteAndItAcceptsInOne(t *testing.T) {
+	g, leader, tok, followers, l := startAnnounced(t)
 	want := announced(l)[0].Identity
 	if want == leader.Identity() {
 		want = announced(l)[1].Identity
@@ -126,16 +134,7 @@ func TestReleaseHandsTheLeaseToAnAnnouncedFollowerInOneWriteAndItAcceptsInOne(t 
 }
 
 func TestAHandoffToAPausedFollowerIsTakenByAnotherAfterARetryPeriod(t *testing.T) {
-	g := newGroup(t, testTimings)
-	g.start("pod-a", "pod-b", "pod-c")
-	leader, tok := g.waitLeader(startupTimeout)
-	var followers []string
-	for _, id := range []string{"pod-a", "pod-b", "pod-c"} {
-		if id != leader.Identity() {
-			followers = append(followers, id)
-		}
-	}
-	l := g.waitAnnounced(followers...)
+	g, leader, tok, _, l := startAnnounced(t)
 	succ := g.Get(announced(l)[0].Identity)
 	if succ == nil || succ.Identity() == leader.Identity() {
 		t.Fatalf("newest announcement %+v is not a follower", announced(l)[0])

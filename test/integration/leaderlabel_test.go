@@ -170,13 +170,14 @@ func TestLeaderLabelFollowsTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	released := firstWrite(t, lw, "pod-a's release of the Lease", func(o any) bool {
-		return framework.HolderOf(o.(*coordinationv1.Lease)) == ""
+	// The step-down: a release, or a direct handoff to another pod.
+	released := firstWrite(t, lw, "pod-a's step-down (release or handoff) of the Lease", func(o any) bool {
+		return steppedDown(o.(*coordinationv1.Lease))
 	})
 	if removed >= released {
-		t.Fatalf("pod-a's label removed at resourceVersion %d, after its Lease release at %d", removed, released)
+		t.Fatalf("pod-a's label removed at resourceVersion %d, after its step-down of the Lease at %d", removed, released)
 	}
-	t.Logf("pod-a's label removed at resourceVersion %d, its Lease released at %d", removed, released)
+	t.Logf("pod-a's label removed at resourceVersion %d, its Lease handed over or released at %d", removed, released)
 
 	// SIGSTOP of the leader: the leader that takes over removes its label.
 	frozen := next
