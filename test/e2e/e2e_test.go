@@ -384,7 +384,8 @@ func (r *release) waitNewHolder(old string, oldToken int64, timeout time.Duratio
 			return false, nil
 		}
 		holder, tr = framework.HolderOf(l), framework.TransitionsOf(l)
-		return holder != "" && holder != old, nil
+		// A direct handoff counts once its successor has accepted it.
+		return holder != "" && holder != old && l.Annotations[election.HandoffAnnotation] == "", nil
 	})
 	if err != nil {
 		r.t.Fatalf("no new Lease holder (old %s): %v; last holder %q transitions %d", old, err, holder, tr)
