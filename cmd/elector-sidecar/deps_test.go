@@ -2,11 +2,12 @@ package main
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
 )
 
 // Packages the sidecar binary must not link (issue 12: binary size and idle
@@ -58,27 +59,17 @@ func forbidden(pkg string) bool {
 
 func TestSidecarBinaryLinksNoClientset(t *testing.T) {
 	// As the image builds it (CGO_ENABLED=0); the package is this directory.
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list -deps: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("go list -deps: %v", err)
-	}
 	imports := map[string][]string{}
 	var deps []string // dependencies first, the main package last
-	for line := range strings.Lines(string(out)) {
-		pkg, imps, _ := strings.Cut(strings.TrimSpace(line), ":")
+	for _, line := range testsupport.GoListDeps(t, ".", "{{.ImportPath}}:{{join .Imports \" \"}}") {
+		pkg, imps, _ := strings.Cut(line, ":")
 		deps = append(deps, pkg)
 		imports[pkg] = strings.Fields(imps)
 	}
 	// The check means something only if the list is the real one.
 	for _, want := range []string{"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient", "k8s.io/client-go/rest", "k8s.io/api/coordination/v1"} {
 		if !slices.Contains(deps, want) {
-			t.Fatalf("go list -deps does not list %s; got %d packages:\n%s", want, len(deps), out)
+			t.Fatalf("go list -deps does not list %s; got %d packages:\n%s", want, len(deps), strings.Join(deps, "\n"))
 		}
 	}
 	// Report the forbidden packages that an allowed package imports (the

@@ -1,32 +1,20 @@
 package client_test
 
 import (
-	"errors"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/elector-sidecar/elector-sidecar/internal/testsupport"
 )
 
 // goListDeps lists the packages the package in dir links (not its tests),
 // as an app's build does, each with whether it is in the standard library.
 func goListDeps(t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}}", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("go list -deps: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("go list -deps: %v", err)
-	}
 	deps := map[string]bool{}
-	for line := range strings.Lines(string(out)) {
-		pkg, std, _ := strings.Cut(strings.TrimSpace(line), " ")
+	for _, line := range testsupport.GoListDeps(t, dir, "{{.ImportPath}} {{.Standard}}") {
+		pkg, std, _ := strings.Cut(line, " ")
 		deps[pkg] = std == "true"
 	}
 	return deps
