@@ -1,6 +1,7 @@
 package election
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"hash/fnv"
@@ -130,19 +131,6 @@ func successor(l *coordinationv1.Lease, self string) (CandidateRecord, bool) {
 		}
 	}
 	return best, best.Identity != ""
-}
-
-// handoffSpec hands the Lease to identity with token, as acquireSpec would
-// have it written by the successor itself.
-func handoffSpec(cur coordinationv1.LeaseSpec, identity string, token int64, now time.Time) coordinationv1.LeaseSpec {
-	return acquireSpec(&cur, identity, time.Duration(ptrOr(cur.LeaseDurationSeconds, 1))*time.Second, token, now)
-}
-
-func ptrOr(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 // markHandoff records on l (a copy about to be written by the giver) the
@@ -316,7 +304,9 @@ func (e *Elector) handOff(ctx context.Context, l *coordinationv1.Lease, wait tim
 		return nil, "", false, nil
 	}
 	h := l.DeepCopy()
-	h.Spec = handoffSpec(l.Spec, succ.Identity, next, e.clock.Now())
+	// As the successor's own acquisition would be written, with the term's
+	// lease duration.
+	h.Spec = acquireSpec(&l.Spec, succ.Identity, cmp.Or(durationOf(l), e.cfg.LeaseDuration), next, e.clock.Now())
 	markHandoff(h, succ, s.incarnation, transitionsOf(l), wait)
 	delete(h.Annotations, candidateKey(e.cfg.Identity)) // we are out until holdOff
 	e.addLabels(h)
