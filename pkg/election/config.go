@@ -78,6 +78,10 @@ type Config struct {
 	// candidate, which takes it with one write and no race (handoff.go);
 	// without an announced candidate it releases the Lease as without it.
 	DirectHandoff bool
+	// ExternalWatch: Run starts no watch of its own; the caller feeds the
+	// Lease's events into WatchStore from a reflector it runs (one watch
+	// shared by several Leases, e.g. a shard set's, by label selector).
+	ExternalWatch bool
 
 	// Clock is the monotonic clock; nil means the real one.
 	Clock clock.WithTicker

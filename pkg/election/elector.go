@@ -62,6 +62,7 @@ type Elector struct {
 
 	inboxMu sync.Mutex
 	inbox   []observation
+	store   *leaseStore // what the watch feeds (informer.go)
 
 	st state // owned by the Run goroutine
 	// draw returns a uniform number in [0, 1) for state.draw (tests fix it).
@@ -93,6 +94,7 @@ func New(cfg Config) (*Elector, error) {
 		st:       state{identity: cfg.Identity, withdrawn: cfg.StartWithdrawn, incarnation: newIncarnation()},
 		draw:     rand.Float64,
 	}
+	e.store = &leaseStore{e: e}
 	if e.clock == nil {
 		e.clock = clock.RealClock{}
 	}
@@ -124,8 +126,10 @@ func (e *Elector) Run(ctx context.Context) error {
 
 	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopInformer()
-	if err := e.startInformer(informerCtx); err != nil {
-		return fmt.Errorf("watching lease %s: %w", e.cfg.LeaseKey(), err)
+	if !e.cfg.ExternalWatch {
+		if err := e.startInformer(informerCtx); err != nil {
+			return fmt.Errorf("watching lease %s: %w", e.cfg.LeaseKey(), err)
+		}
 	}
 
 	writeCtx, cancelWrites := context.WithCancel(context.WithoutCancel(ctx))

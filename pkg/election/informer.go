@@ -32,10 +32,16 @@ type observation struct {
 // marker before (or instead of) the events it covers.
 func (e *Elector) startInformer(ctx context.Context) error {
 	name := "lease " + e.cfg.LeaseKey()
-	r := cache.NewReflectorWithOptions(e.listWatch(), &coordinationv1.Lease{}, &leaseStore{e: e}, cache.ReflectorOptions{Name: name, TypeDescription: "*v1.Lease"})
+	r := cache.NewReflectorWithOptions(e.listWatch(), &coordinationv1.Lease{}, e.store, cache.ReflectorOptions{Name: name, TypeDescription: "*v1.Lease"})
 	go r.RunWithContext(ctx)
 	return nil
 }
+
+// WatchStore is the store a reflector feeds with this candidate's Lease
+// when Config.ExternalWatch is set: it may be given every Lease of a
+// shared watch (it keeps only its own), and a relist's Replace must list
+// them all. Events given before Run are kept for it.
+func (e *Elector) WatchStore() cache.ReflectorStore { return e.store }
 
 func (e *Elector) listWatch() cache.ListerWatcher {
 	selector := "metadata.name=" + e.cfg.Name
