@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -39,7 +40,7 @@ type statusOptions struct {
 func newStatusCommand(streams genericiooptions.IOStreams, flags *genericclioptions.ConfigFlags, deps Deps) *cobra.Command {
 	o := &statusOptions{}
 	c := &cobra.Command{
-		Use:   "status [LEASE] [-n NAMESPACE | -A [--all-leases]] [-l SELECTOR] [-o json|yaml|wide|name|jsonpath=TEMPLATE]",
+		Use:   "status [LEASE|SET] [-n NAMESPACE | -A [--all-leases]] [-l SELECTOR] [-o json|yaml|wide|name|jsonpath=TEMPLATE]",
 		Short: "Show the holder, fencing token and expiry of Leases",
 		Long: `Show the election on Leases: LEASE, HOLDER, TOKEN (spec.leaseTransitions, the holder's
 fencing token), RENEWED (since spec.renewTime), DURATION (spec.leaseDurationSeconds) and
@@ -57,13 +58,22 @@ first: elector-sidecar records one for every leadership change.
 -o json|yaml prints a LeaseStatus (one LEASE) or LeaseStatusList object of apiVersion
 elector-sidecar.io/v1alpha1 with the same fields, times as RFC 3339 and durations in ms;
 -o jsonpath=TEMPLATE applies kubectl's JSONPath to that object; -o wide adds the absolute
-renew time and the UID; -o name prints lease.coordination.k8s.io/NAME per Lease.`,
+renew time and the UID; -o name prints lease.coordination.k8s.io/NAME per Lease.
+
+The Leases of a shard set (elector-sidecar --shards=N: labelled
+elector-sidecar.io/shard-set=SET) are shown as one set, after the other Leases: a row
+per member (its session Lease: live, expired, ended by another member, or left) with
+the shards it holds and their tokens, and a row "<none> free" for the shards nobody
+holds; a token given under an older session term of a member that is live again is
+marked "(old term)". "status SET" shows one set and the Events on its Leases. In -o
+json|yaml the sets are the list's shardSets (kind ShardSetStatus for "status SET").`,
 		Example: `  kubectl elector status -n team
   kubectl elector status nightly-run -n team
   kubectl elector status -A
   kubectl elector status -n team -l app.kubernetes.io/instance=billing
   kubectl elector status nightly-run -n team -o json
-  kubectl elector status nightly-run -n team -o jsonpath='{.holder} {.token}'`,
+  kubectl elector status nightly-run -n team -o jsonpath='{.holder} {.token}'
+  kubectl elector status orders -n team    # a shard set`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return fmt.Errorf("at most one LEASE, got %d arguments", len(args))
@@ -124,6 +134,11 @@ func (o *statusOptions) validate(args []string) error {
 func (o *statusOptions) run(ctx context.Context, client kubernetes.Interface, ns, name string, now time.Time, out io.Writer) error {
 	if name != "" {
 		l, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) { // no such Lease: a shard set of that name?
+			if found, serr := o.runSet(ctx, client, ns, name, now, out); found || serr != nil {
+				return serr
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -143,19 +158,27 @@ func (o *statusOptions) run(ctx context.Context, client kubernetes.Interface, ns
 		return err
 	}
 	items := make([]LeaseStatus, 0, len(list.Items))
+	var setLeases []*coordinationv1.Lease // shown grouped by set (shardset.go)
+	var names []string
 	for i := range list.Items {
-		if o.allNamespaces && !o.allLeases && !WrittenBySidecar(&list.Items[i]) {
+		l := &list.Items[i]
+		if _, ok := inSet(l); ok {
+			setLeases, names = append(setLeases, l), append(names, l.Name)
 			continue
 		}
-		items = append(items, Status(&list.Items[i], now))
+		if o.allNamespaces && !o.allLeases && !WrittenBySidecar(l) {
+			continue
+		}
+		items, names = append(items, Status(l, now)), append(names, l.Name)
 	}
+	sets := ShardSets(setLeases, now)
 	sort.Slice(items, func(i, j int) bool {
 		if items[i].Namespace != items[j].Namespace {
 			return items[i].Namespace < items[j].Namespace
 		}
 		return items[i].Name < items[j].Name
 	})
-	if o.out.table() && len(items) == 0 {
+	if o.out.table() && len(items) == 0 && len(sets) == 0 {
 		if o.allNamespaces {
 			_, err = fmt.Fprintln(out, "No leases found")
 		} else {
@@ -163,7 +186,7 @@ func (o *statusOptions) run(ctx context.Context, client kubernetes.Interface, ns
 		}
 		return err
 	}
-	return o.print(out, &LeaseStatusList{TypeMeta: statusTypeMeta("LeaseStatusList"), Items: items}, items, false)
+	return o.printList(out, items, sets, names)
 }
 
 func (o *statusOptions) print(out io.Writer, obj runtime.Object, items []LeaseStatus, one bool) error {
@@ -285,6 +308,12 @@ func expiresIn(s LeaseStatus) string {
 // leaseEvents returns the last n Events on the Lease, oldest first.
 func leaseEvents(ctx context.Context, client kubernetes.Interface, ns, name string, n int) ([]LeaseEvent, error) {
 	sel := fields.Set{"involvedObject.kind": "Lease", "involvedObject.name": name}
+	return eventsOn(ctx, client, ns, sel, map[string]bool{name: true}, n)
+}
+
+// eventsOn returns the last n Events (listed with the field selector sel) on
+// the Leases named in names, oldest first.
+func eventsOn(ctx context.Context, client kubernetes.Interface, ns string, sel fields.Set, names map[string]bool, n int) ([]LeaseEvent, error) {
 	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel.AsSelector().String()})
 	if err != nil {
 		return nil, err
@@ -292,7 +321,7 @@ func leaseEvents(ctx context.Context, client kubernetes.Interface, ns, name stri
 	var out []LeaseEvent
 	for i := range list.Items {
 		e := &list.Items[i]
-		if e.InvolvedObject.Kind != "Lease" || e.InvolvedObject.Name != name {
+		if e.InvolvedObject.Kind != "Lease" || !names[e.InvolvedObject.Name] {
 			continue // the selector is the API server's job; this keeps its meaning everywhere
 		}
 		out = append(out, LeaseEvent{

@@ -53,6 +53,9 @@ type LeaseEvent struct {
 type LeaseStatusList struct {
 	metav1.TypeMeta `json:",inline"`
 	Items           []LeaseStatus `json:"items"`
+	// ShardSets are the shard sets among the Leases (shardset.go); their
+	// Leases are not in Items.
+	ShardSets []ShardSetStatus `json:"shardSets,omitempty"`
 }
 
 // DeepCopyObject implements runtime.Object.
@@ -91,6 +94,9 @@ func (l *LeaseStatusList) DeepCopyObject() runtime.Object {
 	out := &LeaseStatusList{TypeMeta: l.TypeMeta}
 	for i := range l.Items {
 		out.Items = append(out.Items, *l.Items[i].DeepCopyObject().(*LeaseStatus))
+	}
+	for i := range l.ShardSets {
+		out.ShardSets = append(out.ShardSets, l.ShardSets[i].deepCopy())
 	}
 	return out
 }
