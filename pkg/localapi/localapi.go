@@ -109,6 +109,7 @@ type Handler struct {
 	// closing is closed by CloseStreams (on the server's Shutdown).
 	closing   chan struct{}
 	closeOnce sync.Once
+	shards    *shardAPI // WithShards: the set served instead of el
 }
 
 // Option configures a Handler.
@@ -187,6 +188,7 @@ func NewHandler(el Elector, metrics http.Handler, opts ...Option) *Handler {
 	if metrics != nil {
 		h.routes["/metrics"] = route{http.MethodGet, metrics.ServeHTTP}
 	}
+	h.addShardRoutes() // shards.go
 	return h
 }
 
@@ -225,7 +227,7 @@ func (h *Handler) Routes() map[string]string {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, ok := h.routes[r.URL.Path]
+	rt, ok := h.route(r.URL.Path)
 	if !ok {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.URL.Path)
 		return

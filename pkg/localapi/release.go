@@ -26,18 +26,8 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
 		}
 		out = d
 	}
-	// A body of unknown length (chunked) is read up to the cap before the
-	// release, so that a too-large one changes nothing.
-	if r.Body != nil && r.Body != http.NoBody {
-		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes)); err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
-			} else {
-				writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
-			}
-			return
-		}
+	if !discardBody(w, r) {
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ReleaseTimeout)
 	defer cancel()
@@ -68,4 +58,23 @@ func (h *Handler) release(w http.ResponseWriter, r *http.Request) {
 		// The token stopped before the write; the Lease expires by itself.
 		writeError(w, http.StatusBadGateway, "stepped down, but writing the lease free failed: "+err.Error())
 	}
+}
+
+// discardBody reads a body of unknown length (chunked) up to the cap before
+// a release, so that a too-large one changes nothing; false (and a 413 or
+// 400 written) when it is too large or cannot be read.
+func discardBody(w http.ResponseWriter, r *http.Request) bool {
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, MaxRequestBodyBytes)); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		}
+		return false
+	}
+	return true
 }
