@@ -43,11 +43,12 @@ tier_unit() {
   # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...), the local
   # cluster's steps (test/localcluster).
   (cd test && "${GOTEST[@]}" -race ./framework/... ./cmd/... ./localcluster/...)
-  # A short fuzz run of the local API handler and of the flag/env parsing, from the seed corpora in
+  # A short fuzz run of the local API handler (single Lease and shard set) and of the flag/env parsing, from the seed corpora in
   # testdata/fuzz; a crasher found here is written there and becomes a regular test case. A fixed
   # number of executions (seconds here), not -fuzztime=<duration>: Go 1.26's coordinator can fail a
   # duration-bounded run with "context deadline exceeded" as the time runs out (go.dev/issue/75804).
   "${GOTEST[@]}" -run='^$' -fuzz='^FuzzHandler$' -fuzztime=20000x ./pkg/localapi
+  "${GOTEST[@]}" -run='^$' -fuzz='^FuzzShardsHandler$' -fuzztime=20000x ./pkg/localapi
   "${GOTEST[@]}" -run='^$' -fuzz='^FuzzParse$' -fuzztime=20000x ./internal/sidecar
   (cd hack/tools && "${GOTEST[@]}" ./...)
 }
