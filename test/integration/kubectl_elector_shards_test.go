@@ -1,0 +1,162 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/elector-sidecar/elector-sidecar/internal/kubectlelector"
+	"github.com/elector-sidecar/elector-sidecar/pkg/shards"
+)
+
+// TestKubectlElectorStatusGroupsAShardSetOnARealAPIServer: a shard set's
+// Leases, created by hand on a real API server as pkg/shards writes them (a
+// session Lease per member, a Lease per shard naming its holder's session
+// term), are shown by `kubectl elector status` (through the real kubectl) as
+// one set: pod-a live with shards 0 and 1, pod-b's session expired with
+// shard 2, shard 3 free; the namespace's other Lease keeps its own row;
+// `status SET` shows the set and the Event on one of its Leases, -o json the
+// Leases' real UIDs and tokens, -o name every Lease of the set, and a shard
+// Lease asked for by name is an ordinary Lease.
+func TestKubectlElectorStatusGroupsAShardSetOnARealAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	plugin := pluginBinary(t)
+	ns, err := env.cp.CreateNamespace(ctx, "kshards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := env.cp.Client.CoordinationV1().Leases(ns)
+	create := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		t.Helper()
+		got, err := leases.Create(ctx, l, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create Lease %s: %v", l.Name, err)
+		}
+		return got
+	}
+	spec := func(holder string, transitions int32, renewedAgo time.Duration) coordinationv1.LeaseSpec {
+		rt := metav1.NewMicroTime(time.Now().Add(-renewedAgo))
+		s := coordinationv1.LeaseSpec{LeaseTransitions: &transitions, RenewTime: &rt, LeaseDurationSeconds: ptrTo(int32(15))}
+		if holder != "" {
+			s.HolderIdentity = &holder
+		}
+		return s
+	}
+	member := func(id string, term int32, renewedAgo time.Duration) *coordinationv1.Lease {
+		return create(&coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: shards.MemberLeaseName("orders", id),
+				Labels: map[string]string{shards.SetLabel: "orders", shards.RoleLabel: shards.RoleMember}},
+			Spec: spec(id, term, renewedAgo),
+		})
+	}
+	shard := func(i int, holder string, token int32, session *coordinationv1.Lease) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: shards.ShardLeaseName("orders", i),
+				Labels: map[string]string{shards.SetLabel: "orders", shards.RoleLabel: shards.RoleShard, shards.IndexLabel: fmt.Sprint(i)}},
+			Spec: spec(holder, token, time.Minute),
+		}
+		if session != nil {
+			b, _ := json.Marshal(shards.SessionRef{Lease: session.Name, UID: string(session.UID), Term: int64(*session.Spec.LeaseTransitions)})
+			l.Annotations = map[string]string{shards.SessionAnnotation: string(b)}
+		}
+		return create(l)
+	}
+	a := member("pod-a", 2, 0)
+	b := member("pod-b", 1, time.Minute) // 60 s ago with 15 s: expired
+	s0, s1, s2, s3 := shard(0, "pod-a", 4, a), shard(1, "pod-a", 6, a), shard(2, "pod-b", 3, b), shard(3, "", 5, nil)
+	create(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "nightly-run"}, Spec: spec("pod-x", 7, 0)})
+	if _, err := env.cp.Client.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "orders-1.move"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Lease", Namespace: ns, Name: s1.Name, UID: s1.UID, APIVersion: "coordination.k8s.io/v1"},
+		Reason:         "ShardMoved", Message: "shard 1 moved to pod-a (rebalance), token 6", Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "elector-sidecar", Host: "pod-a"}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Through the real kubectl, which finds the plugin on PATH.
+	shellEnv := []string{
+		"KUBECONFIG=" + env.cp.Kubeconfig,
+		"PATH=" + filepath.Dir(plugin) + string(os.PathListSeparator) + env.cp.AssetsDir + string(os.PathListSeparator) + os.Getenv("PATH"),
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		r := runCommand(t, ctx, shellEnv, append([]string{filepath.Join(env.cp.AssetsDir, "kubectl"), "elector"}, args...)...)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("kubectl elector %v: %v", args, r)
+		}
+		return r.stdout
+	}
+	fields := func(lines []string) [][]string {
+		var out [][]string
+		for _, l := range lines {
+			out = append(out, strings.Fields(l))
+		}
+		return out
+	}
+
+	lines := nonEmptyLines(run("status", "-n", ns))
+	if len(lines) != 6 || !strings.HasPrefix(lines[0], "LEASE ") || !strings.HasPrefix(lines[1], "nightly-run ") || !strings.HasPrefix(lines[2], "SET ") {
+		t.Fatalf("status -n NS printed %q; want the Lease table with nightly-run alone, then the SET table", lines)
+	}
+	want := [][]string{
+		{"orders", "pod-a", "live"}, {"orders", "pod-b", "expired"}, {"orders", "<none>", "free"},
+	}
+	wantShards := [][2]string{
+		{"0,1", fmt.Sprintf("%d,%d", *s0.Spec.LeaseTransitions, *s1.Spec.LeaseTransitions)},
+		{"2", fmt.Sprint(*s2.Spec.LeaseTransitions)},
+		{"3", fmt.Sprint(*s3.Spec.LeaseTransitions)},
+	}
+	for i, f := range fields(lines[3:]) {
+		if len(f) < 5 || !slices.Equal(f[:3], want[i]) || f[len(f)-2] != wantShards[i][0] || f[len(f)-1] != wantShards[i][1] {
+			t.Errorf("set row %d: %q, want %v ... SHARDS %s TOKENS %s", i, lines[3+i], want[i], wantShards[i][0], wantShards[i][1])
+		}
+	}
+
+	// One set by its name: the same rows, and the Event on its shard Lease.
+	one := run("status", "orders", "-n", ns)
+	if !strings.Contains(one, "\nEvents:\n") || !strings.Contains(one, "shard 1 moved to pod-a (rebalance), token 6") ||
+		!slices.Equal(nonEmptyLines(one)[:4], lines[2:]) {
+		t.Errorf("status orders printed:\n%s\nwant the set's rows %q and its Event", one, lines[2:])
+	}
+
+	var set kubectlelector.ShardSetStatus
+	if err := json.Unmarshal([]byte(run("status", "orders", "-n", ns, "-o", "json")), &set); err != nil {
+		t.Fatal(err)
+	}
+	if set.Kind != "ShardSetStatus" || set.Name != "orders" || set.Shards != 4 || set.Held != 2 || set.Live != 1 || len(set.Members) != 3 {
+		t.Fatalf("status orders -o json: %+v", set)
+	}
+	if m := set.Members[0]; m.Identity != "pod-a" || m.UID != string(a.UID) || len(m.Shards) != 2 ||
+		m.Shards[0] != (kubectlelector.HeldShard{Index: 0, Lease: s0.Name, UID: string(s0.UID), Token: int64(*s0.Spec.LeaseTransitions), Valid: true}) ||
+		m.Shards[1] != (kubectlelector.HeldShard{Index: 1, Lease: s1.Name, UID: string(s1.UID), Token: int64(*s1.Spec.LeaseTransitions), Valid: true}) {
+		t.Errorf("pod-a: %+v, want shards 0 and 1 with the Leases' UIDs and tokens", m)
+	}
+	if m := set.Members[1]; m.Identity != "pod-b" || m.State != kubectlelector.MemberExpired || len(m.Shards) != 1 || m.Shards[0].Valid {
+		t.Errorf("pod-b: %+v, want expired with shard 2 not valid", m)
+	}
+
+	names := nonEmptyLines(run("status", "orders", "-n", ns, "-o", "name"))
+	var wantNames []string
+	for _, l := range []*coordinationv1.Lease{s0, s1, s2, s3, a, b} {
+		wantNames = append(wantNames, "lease.coordination.k8s.io/"+l.Name)
+	}
+	slices.Sort(wantNames)
+	if !slices.Equal(names, wantNames) {
+		t.Errorf("status orders -o name: %q, want %q", names, wantNames)
+	}
+	if got := run("status", s2.Name, "-n", ns, "-o", "jsonpath={.holder} {.token}"); got != fmt.Sprintf("pod-b %d", *s2.Spec.LeaseTransitions) {
+		t.Errorf("status %s -o jsonpath printed %q: a shard Lease by name is one Lease", s2.Name, got)
+	}
+}
