@@ -170,6 +170,10 @@ func TestAPIServer(t *testing.T) {
 		testGuardNamespaceDeletion(t, c)
 	})
 
+	t.Run("shard set: the Role covers a member, the lease guard the set", func(t *testing.T) {
+		testShardSetRoleAndGuard(t, c)
+	})
+
 	t.Run("monitoring, PDB and NetworkPolicy objects against the real schemas", func(t *testing.T) {
 		testMonitoringDryRun(t, c)
 	})

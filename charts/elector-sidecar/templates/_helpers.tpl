@@ -239,6 +239,7 @@ release renders exactly when its sidecars start; test/chart/validation_test.go r
 {{- if and .Values.sidecar.native (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
 {{- fail (printf "sidecar.native=true needs Kubernetes >= 1.29 (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
 {{- end }}
+{{- include "elector-sidecar.validateShards" . }}
 {{- end }}
 
 {{/*
@@ -287,6 +288,10 @@ or else workload.replicas when the chart renders the workload.
       fieldPath: metadata.uid
 - name: ELECTOR_LEASE_NAME
   value: {{ include "elector-sidecar.leaseName" . | quote }}
+{{- with include "elector-sidecar.shards" . | int64 }}
+- name: ELECTOR_SHARDS
+  value: {{ . | toString | quote }}
+{{- end }}
 - name: ELECTOR_LEASE_NAMESPACE
   valueFrom:
     fieldRef:
@@ -511,6 +516,9 @@ metadata:
   labels:
     {{- include "elector-sidecar.labels" . | nindent 4 }}
 rules:
+  {{- if gt (include "elector-sidecar.shards" . | int64) 0 }}
+  {{- include "elector-sidecar.shardRoleRules" . | nindent 2 }}
+  {{- else }}
   # The sidecar reads, watches (with a metadata.name field selector) and updates only its own Lease, and
   # patches it to announce itself as a candidate for the direct handoff (one annotation of its own).
   - apiGroups: ["coordination.k8s.io"]
@@ -521,6 +529,7 @@ rules:
   - apiGroups: ["coordination.k8s.io"]
     resources: ["leases"]
     verbs: ["create"]
+  {{- end }}
   # Leadership change events on the Lease (core/v1; each is created once, never patched: pkg/kubeclient's recorder).
   - apiGroups: [""]
     resources: ["events"]
@@ -570,12 +579,17 @@ resourceNames rule would not match it and the guard could be bypassed.
 Namespace deletion: the namespace controller deletes the namespace's Leases (DeleteCollection, or one
 by one), each going through admission as a DELETE; those are allowed because the namespace has a
 deletionTimestamp (namespaceObject), and the controller's user is also exempt (leaseGuard.exemptUsers).
+
+With election.shards the guard protects the shard set instead (elector-sidecar.shardSetGuard, _shards.tpl).
 */}}
 {{- define "elector-sidecar.leaseGuard" -}}
 {{- include "elector-sidecar.validate" . -}}
 {{- if semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version }}
 {{- fail (printf "leaseGuard.enabled=true needs Kubernetes >= 1.30 (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy), this cluster is %s: set leaseGuard.enabled=false" .Capabilities.KubeVersion.Version) }}
 {{- end }}
+{{- if gt (include "elector-sidecar.shards" . | int64) 0 }}
+{{- include "elector-sidecar.shardSetGuard" . }}
+{{- else }}
 {{- $name := printf "%s.%s.lease-guard.elector-sidecar" (include "elector-sidecar.fullname" .) .Release.Namespace }}
 {{- $lease := include "elector-sidecar.leaseName" . }}
 ---
@@ -625,6 +639,7 @@ spec:
     namespaceSelector:
       matchLabels:
         kubernetes.io/metadata.name: {{ .Release.Namespace }}
+{{- end }}
 {{- end }}
 
 {{/*
