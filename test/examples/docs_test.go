@@ -21,33 +21,8 @@ func TestExampleReadmesShowTheCommandsTheTestsRun(t *testing.T) {
 		known[c.Command] = true
 	}
 	setup := readmeCommand(t, "psql ")
-	once := regexp.MustCompile("Once: `([^`]+)`")
 	for _, name := range []string{"go-worker", "python-worker", "shell"} {
-		path := filepath.Join("examples", name, "README.md")
-		b, err := os.ReadFile(filepath.Join(root, path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, blk := range framework.MarkdownCodeBlocks(string(b)) {
-			if blk.Lang != "console" {
-				continue
-			}
-			for _, c := range framework.ConsoleCommands(blk.Code) {
-				n++
-				if !known[c.Command] {
-					t.Errorf("%s %s: %q is not one of README.md's \"Examples\" commands (which the tests run)", path, blk.Where(), c.Command)
-				}
-			}
-		}
-		if n == 0 {
-			t.Errorf("%s: no console command", path)
-		}
-		for _, m := range once.FindAllStringSubmatch(string(b), -1) {
-			if m[1] != setup {
-				t.Errorf("%s: setup command %q, README.md runs %q", path, m[1], setup)
-			}
-		}
+		checkExampleReadme(t, root, name, known, setup)
 	}
 
 	script := readRepoFile(t, "examples/shell/worker.sh")
@@ -70,6 +45,40 @@ func TestExampleReadmesShowTheCommandsTheTestsRun(t *testing.T) {
 	}
 	if got, want := norm(strings.Join(sqlLines, "\n")), norm(goSchema); goSchema == "" || got != want {
 		t.Errorf("examples/schema.sql:\n%s\ngo-worker's Schema:\n%s", got, want)
+	}
+}
+
+var onceCommand = regexp.MustCompile("Once: `([^`]+)`")
+
+// checkExampleReadme checks examples/<name>/README.md: its console commands
+// are among known (README.md's "Examples" commands) and its "Once:" setup
+// command is setup.
+func checkExampleReadme(t *testing.T, root, name string, known map[string]bool, setup string) {
+	t.Helper()
+	path := filepath.Join("examples", name, "README.md")
+	b, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, blk := range framework.MarkdownCodeBlocks(string(b)) {
+		if blk.Lang != "console" {
+			continue
+		}
+		for _, c := range framework.ConsoleCommands(blk.Code) {
+			n++
+			if !known[c.Command] {
+				t.Errorf("%s %s: %q is not one of README.md's \"Examples\" commands (which the tests run)", path, blk.Where(), c.Command)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no console command", path)
+	}
+	for _, m := range onceCommand.FindAllStringSubmatch(string(b), -1) {
+		if m[1] != setup {
+			t.Errorf("%s: setup command %q, README.md runs %q", path, m[1], setup)
+		}
 	}
 }
 

@@ -45,14 +45,21 @@ var requirementLine = regexp.MustCompile(`^([A-Za-z0-9_.-]+)\s*((?:[<>=!]=?\s*[0
 // standard library, and the Python the worker test runs has a version of
 // each that the file allows.
 func TestPythonWorkerRequirementsNameEveryImport(t *testing.T) {
+	checkPythonRequirements(t, "python-worker")
+}
+
+// checkPythonRequirements checks examples/<example>/requirements.txt against
+// its worker.py and the Python the tests run.
+func checkPythonRequirements(t *testing.T, example string) {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, "examples", "python-worker")
+	dir := filepath.Join(root, "examples", example)
 	f, err := os.Open(filepath.Join(dir, "requirements.txt"))
 	if err != nil {
-		t.Fatalf("examples/python-worker has no requirements file: %v", err)
+		t.Fatalf("examples/%s has no requirements file: %v", example, err)
 	}
 	defer func() { _ = f.Close() }()
 	reqs := map[string][]string{}

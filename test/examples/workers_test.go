@@ -167,7 +167,7 @@ func lateWriteScenario(t *testing.T, name, workerPrefix string) {
 	dbEnv := []string{"DATABASE_URL=" + srv.URL, "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
 	runCommand(t, readmeCommand(t, "psql "), dbEnv)
 	if name == "go" {
-		buildGoWorker.Do(func() { runCommand(t, readmeCommand(t, "go build "), nil) })
+		buildGoWorker.Do(func() { runCommand(t, readmeCommand(t, "go build -o bin/go-worker "), nil) })
 		if _, err := os.Stat(filepath.Join(root, "bin", "go-worker")); err != nil {
 			t.Fatal(err)
 		}
