@@ -9,8 +9,11 @@
 //
 // Flags mirror elector-sidecar's: --lease-name, --lease-namespace, --identity,
 // --kubeconfig, --lease-duration, --renew-deadline, --retry-period,
-// --http-address, plus --release-on-cancel (default true). SIGTERM/SIGINT:
-// releases the Lease and exits 0. Bad flags: exit 2.
+// --http-address, --kube-api-qps, --kube-api-burst (client-go's defaults, 5
+// and 10, unless set; a negative QPS turns the client-side limit off), plus
+// --release-on-cancel (default true). SIGTERM/SIGINT: releases the Lease and
+// exits 0. Bad flags: exit 2. --shards=N runs one elector per shard Lease
+// instead (shards.go: the baseline of the bench's shards section).
 //
 // "Leading" is client-go's own notion: from OnStartedLeading to
 // OnStoppedLeading. client-go does not bound it by the lease's expiry, which
@@ -45,6 +48,10 @@ type options struct {
 	leaseName, namespace, identity, kubeconfig, httpAddress string
 	leaseDuration, renewDeadline, retryPeriod               time.Duration
 	releaseOnCancel                                         bool
+	// shards > 0: one elector per Lease <leaseName>-0 … -(shards-1).
+	shards     int
+	kubeAPIQPS float64
+	kubeBurst  int
 }
 
 func parse(args []string) (*options, error) {
@@ -60,8 +67,17 @@ func parse(args []string) (*options, error) {
 	fs.DurationVar(&o.renewDeadline, "renew-deadline", 10*time.Second, "renew deadline")
 	fs.DurationVar(&o.retryPeriod, "retry-period", 2*time.Second, "retry period")
 	fs.BoolVar(&o.releaseOnCancel, "release-on-cancel", true, "release the Lease on SIGTERM")
+	fs.IntVar(&o.shards, "shards", 0, "run one elector per Lease <lease-name>-0 … <lease-name>-(N-1) and serve GET /shards (0: one elector on --lease-name)")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 0, "client-side QPS limit to the API server (0: client-go's default, 5; negative: no limit)")
+	fs.IntVar(&o.kubeBurst, "kube-api-burst", 0, "client-side burst to the API server (0: client-go's default, 10)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if o.shards < 0 {
+		return nil, fmt.Errorf("--shards %d: must be 0 (one Lease) or a number of shards", o.shards)
+	}
+	if o.kubeBurst < 0 {
+		return nil, fmt.Errorf("--kube-api-burst %d: must not be negative", o.kubeBurst)
 	}
 	if o.leaseName == "" {
 		return nil, errors.New("--lease-name is required")
@@ -110,6 +126,7 @@ func run(o *options) error {
 	}
 	// As client-go recommends: a hung request must not outlive the renew deadline.
 	cfg.Timeout = max(time.Second, o.renewDeadline/2)
+	cfg.QPS, cfg.Burst = float32(o.kubeAPIQPS), o.kubeBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -128,6 +145,9 @@ func run(o *options) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	if o.shards > 0 {
+		return runShardsServer(o, client, ln, mux, logger)
+	}
 	mux.HandleFunc("GET /leader", func(w http.ResponseWriter, r *http.Request) {
 		holder := ""
 		if le := st.elector(); le != nil {

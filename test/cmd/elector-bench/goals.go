@@ -119,6 +119,23 @@ var (
 	// 11. objfence
 	goalObjFenceP99 = &Goal{Section: "objfence", Metric: "ConfigMap update p99, with the fence policy − without", Text: "p99 delta ≤ 1 ms", Issue: 26,
 		Check: func(ours, base float64) bool { return ours-base <= 1 }}
+	// 12. shards (3 members x 1,000 shards). ours: writes per retry period;
+	// base: the members.
+	goalShardsWrites = &Goal{Section: "shards", Metric: "steady-state Lease writes per retry period", Text: "≤ 1 per member (3 at 3 members)", Issue: 24,
+		Check: func(ours, members float64) bool { return ours <= members }}
+	goalShardsCPU = &Goal{Section: "shards", Metric: "kube-apiserver CPU", Text: "< client-go", Issue: 24, Check: func(ours, base float64) bool { return ours < base }}
+	goalShardsRSS = &Goal{Section: "shards", Metric: "kube-apiserver RSS", Text: "< client-go", Issue: 24, Check: func(ours, base float64) bool { return ours < base }}
+	// base: the members.
+	goalShardsWatches = &Goal{Section: "shards", Metric: "Lease watches open", Text: "= members", Issue: 24, Check: func(ours, members float64) bool { return ours == members }}
+	// ours: SIGKILL -> another member serves the shard, p99 over its shards (ms; +Inf when one never was); base: leaseDuration (ms).
+	goalShardsKill = &Goal{Section: "shards", Metric: "SIGKILL a member: its shards served by others, p99", Text: "≤ leaseDuration + 1 s", Issue: 24,
+		Check: func(ours, leaseDuration float64) bool { return ours <= leaseDuration+1000 }}
+	goalShardsTerm = &Goal{Section: "shards", Metric: "SIGTERM a member: its shards served by others, p99", Text: "≤ 100 ms", Issue: 24, Check: atMost(100)}
+	// ours: join -> fair share (ms; +Inf when not reached); base: the retry period (ms).
+	goalShardsFair = &Goal{Section: "shards", Metric: "3 -> 4 members: fair share, on the Leases and served", Text: "≤ 2 retry periods", Issue: 24,
+		Check: func(ours, retryPeriod float64) bool { return ours <= 2*retryPeriod }}
+	// ours: shards moved more than once.
+	goalShardsMovedOnce = &Goal{Section: "shards", Metric: "3 -> 4 members: each moved shard moved once", Text: "no shard moves twice", Issue: 24, Check: atMost(0)}
 )
 
 // idleCloseLimit is when every silent connection must have been closed.
@@ -137,6 +154,7 @@ var goals = []*Goal{
 	goalLeasesRequests, goalLeasesStable, goalLeasesCPU, goalLeasesRSS, goalLeasesHandoff,
 	goalIdleP99, goalIdleRate, goalIdleClosed,
 	goalObjFenceP99,
+	goalShardsWrites, goalShardsCPU, goalShardsRSS, goalShardsWatches, goalShardsKill, goalShardsTerm, goalShardsFair, goalShardsMovedOnce,
 }
 
 // missedIf returns v, or +Inf when missed (a goal on v then fails).

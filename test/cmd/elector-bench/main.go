@@ -21,6 +21,9 @@
 //	           requests/s by verb, CPU and RSS, handoff latency
 //	idleconns  /token latency and throughput at a fixed rate with 1,000 idle
 //	           connections open to the sidecar vs none; silent ones cut at ReadHeaderTimeout
+//	shards     one set of 1,000 shard Leases, 3 members (--shards=N; client-go: one
+//	           elector per shard Lease per process): steady-state requests, apiserver
+//	           CPU/RSS, watches; a 4th member joins; SIGTERM and SIGKILL a member
 //
 // Results go to --out (Markdown, JSON and a PNG CDF plot of handoff latency).
 // `elector-bench bare-server --addr=HOST:PORT` is the baseline HTTP server
@@ -47,7 +50,7 @@ import (
 
 // allSections are the section keys in their numbered order, the order of
 // the report (they run in another order, to share time).
-var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push", "leases", "idleconns", "objfence"}
+var allSections = []string{"handoff", "failover", "api", "localapi", "footprint", "scale", "fence", "push", "leases", "idleconns", "objfence", "shards"}
 
 type options struct {
 	only           map[string]bool
@@ -85,6 +88,8 @@ type options struct {
 	// idleconns section
 	idleConns int
 	idleRate  float64
+	// shards section (shards.go)
+	shards shardsOptions
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -117,6 +122,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.leasesTrials, "leases-trials", 20, "handoffs per kind in the leases section (each on another Lease)")
 	fs.IntVar(&o.idleConns, "idle-conns", 1000, "idle connections opened to the sidecar in the idleconns section")
 	fs.Float64Var(&o.idleRate, "idle-rate", 1000, "fixed /token request rate (req/s) of the idleconns section's client")
+	o.shards.register(fs)
 	fs.StringVar(&o.out, "out", "results", "directory for the Markdown, JSON and PNG results")
 	fs.StringVar(&o.png, "png", "", "also write the handoff plot here (e.g. docs/benchmarks.png)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the candidates' logs (kept anyway when a section fails)")
@@ -150,6 +156,7 @@ func parseFlags(args []string) (*options, error) {
 				f()
 			}
 		}
+		o.shards.quick(set)
 	}
 	if o.failoverTrials == 0 {
 		o.failoverTrials = o.trials
@@ -190,6 +197,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.leasesWindow < 2*time.Second || o.leasesSettle < 0 {
 		return nil, errors.New("--leases-window must be at least 2s, --leases-settle not negative")
+	}
+	if err := o.shards.validate(); err != nil {
+		return nil, err
 	}
 	if o.fenceDuration < time.Second {
 		return nil, errors.New("--fence-duration must be at least 1s")
@@ -476,6 +486,18 @@ func run(ctx context.Context, o *options) error {
 			s.Data = r
 			if r != nil {
 				s.Rows = r.rows()
+			}
+			return err
+		})
+
+	section("shards", "12. Shards: one set of shard Leases, a fair share each",
+		fmt.Sprintf("%d shards, %d members per kind, default timings %s; ours: elector-sidecar processes with --shards=%[1]d; client-go: clientgo-candidate processes with --shards=%[1]d (one LeaderElector per shard Lease in each process, on one client with its client-side rate limit off); the kinds one after the other, each on a restarted kube-apiserver and in a fresh namespace; once every shard is held and served (ours: at a fair share) and %[4]v more, a %[5]v window: apiserver_request_total for leases by verb minus other namespaces' Lease writes, CPU and RSS of kube-apiserver, etcd and the members, the members' Lease watches; then a member joins (fair share timed from its session Lease seen, ours, or its process start, client-go; moves counted until 2 retry periods after), then the member holding the most shards is SIGTERMed, then the next SIGKILLed: per shard, signal -> another member's GET /shards (long-polled by the bench) lists it with a higher token",
+			o.shards.shards, o.shards.members, fmtTimings(defaultTimings()), o.shards.settle, o.shards.window), "client-go",
+		func(s *Section) error {
+			r, err := e.runShards(ctx, o.shards)
+			s.Data = r
+			if r != nil {
+				s.Rows = shardsRows(r)
 			}
 			return err
 		})
