@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/pkg/shards"
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
@@ -128,7 +130,8 @@ func (s *spec) check(base string, req *http.Request) (int, []byte) {
 }
 
 // firstEvent reads a /watch stream up to its first event and validates the
-// event: type "leader", an id, data a Leader.
+// event: type "leader", an id, data a Leader (a shard set's: "shards", a
+// Shards).
 func (s *spec) firstEvent(name string, r io.Reader) []byte {
 	s.t.Helper()
 	var id, event, data string
@@ -137,10 +140,11 @@ func (s *spec) firstEvent(name string, r io.Reader) []byte {
 		line := sc.Text()
 		switch {
 		case line == "" && data != "":
-			if event != "leader" || id == "" {
-				s.t.Errorf("%s: the first event has id %q and type %q, want an id and type leader", name, id, event)
+			if (event != "leader" && event != "shards") || id == "" {
+				s.t.Errorf("%s: the first event has id %q and type %q, want an id and type leader or shards", name, id, event)
 			}
-			s.schema(name+" event data", "Leader", []byte(data))
+			schema := map[string]string{"leader": "Leader", "shards": "Shards"}[event]
+			s.schema(name+" event data", schema, []byte(data))
 			return []byte(data)
 		case strings.HasPrefix(line, "id: "):
 			id = line[4:]
@@ -213,6 +217,35 @@ func (e *openAPIElector) Alive() bool {
 	defer e.mu.Unlock()
 	return e.alive
 }
+
+// openAPISet is a shard set as the handler sees it, set by the test.
+type openAPISet struct {
+	mu         sync.Mutex
+	status     shards.Status
+	releaseErr error
+}
+
+func (e *openAPISet) set(f func(*openAPISet)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f(e)
+}
+
+func (e *openAPISet) Status() shards.Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+func (e *openAPISet) Changed() <-chan struct{} { return make(chan struct{}) }
+
+func (e *openAPISet) Release(context.Context, int) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.releaseErr
+}
+
+func (e *openAPISet) Alive() bool { return true }
 
 func newReq(method, target string, hdr ...string) *http.Request {
 	req := httptest.NewRequest(method, target, nil)
@@ -373,6 +406,81 @@ func TestOpenAPIDescribesTheLocalAPI(t *testing.T) {
 		el.set(func(e *openAPIElector) { e.releaseErr = err })
 		want(newReq("POST", "/release"), code)
 	}
+
+	// A shard set (WithShards): its routes, and the single Lease's 404s.
+	set := &openAPISet{status: shards.Status{Set: "ns/q", Identity: "pod-a", Shards: 4, Ready: true, Live: true, Members: []string{"pod-a", "pod-b"},
+		Owned: []shards.Owned{{Index: 1, Lease: "q-1", LeaseUID: "uid-q1", Token: 3, ExpiresIn: 2500 * time.Millisecond, ValidUntil: time.Now().Add(time.Hour)}}}}
+	hs := localapi.NewHandler(nil, metrics, localapi.WithShards(set), localapi.WithMaxWaiters(1))
+	if !maps.Equal(hs.Routes(), h.Routes()) {
+		t.Errorf("a shard set serves %v, a single Lease %v: want the same routes (the other mode's answer 404)", hs.Routes(), h.Routes())
+	}
+	ssrv := httptest.NewServer(hs)
+	defer ssrv.Close()
+	wantS := func(req *http.Request, code int) []byte {
+		t.Helper()
+		got, body := s.check(ssrv.URL, req)
+		if got != code {
+			t.Fatalf("shard set: %s %s: %d, want %d: %s", req.Method, req.URL.RequestURI(), got, code, body)
+		}
+		return body
+	}
+	want(newReq("GET", "/shards"), 404)
+	want(newReq("GET", "/shards/1/token"), 404)
+	want(newReq("POST", "/release?shard=1"), 400)
+	wantS(newReq("GET", "/leader"), 404)
+	wantS(newReq("GET", "/token"), 404)
+	wantS(newReq("GET", "/shards"), 200)
+	resp, err = http.Get(ssrv.URL + "/shards")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stag := resp.Header.Get("ETag")
+	_ = resp.Body.Close()
+	wantS(newReq("GET", "/shards", "If-None-Match", stag), 304)
+	wantS(newReq("GET", "/shards?wait=1ms", "If-None-Match", stag), 304)
+	wantS(newReq("GET", "/shards?wait=6m"), 400)
+	wantS(bigReq("GET", "/shards"), 413)
+	wantS(newReq("GET", "/shards/1/token"), 200)
+	wantS(newReq("GET", "/shards/1/token", "Accept", "text/plain"), 200)
+	wantS(newReq("GET", "/shards/2/token"), 409)
+	wantS(newReq("GET", "/shards/x/token"), 400)
+	wantS(newReq("GET", "/shards/4/token"), 404)
+	wantS(bigReq("GET", "/shards/1/token"), 413)
+	wantS(newReq("GET", "/watch"), 200)
+	wantS(newReq("GET", "/healthz"), 200)
+	wantS(newReq("GET", "/readyz"), 200)
+	wantS(newReq("POST", "/release?shard=1"), 204)
+	wantS(newReq("POST", "/release"), 400)
+	wantS(newReq("POST", "/release?shard=1&for=5m"), 400)
+	for err, code := range map[error]int{shards.ErrNotHeld: 409, shards.ErrNoSuchShard: 404} {
+		set.set(func(e *openAPISet) { e.releaseErr = err })
+		wantS(newReq("POST", "/release?shard=1"), code)
+	}
+	// The waiter limit (1): a /shards long-poll waits, the next gets 503.
+	sctx, scancel := context.WithCancel(context.Background())
+	swaiting := make(chan struct{})
+	go func() {
+		defer close(swaiting)
+		req, _ := http.NewRequestWithContext(sctx, "GET", ssrv.URL+"/shards?wait=5m", nil)
+		req.Header.Set("If-None-Match", stag)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if got, _ := s.check(ssrv.URL, newReq("GET", "/watch")); got == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("shard set: GET /watch: no 503 while a /shards long-poll waits at the limit of 1")
+		}
+	}
+	wantS(newReq("GET", "/shards?wait=5m", "If-None-Match", stag), 503)
+	scancel()
+	<-swaiting
+	set.set(func(e *openAPISet) { e.status = shards.Status{Set: "ns/q", Identity: "pod-a", Shards: 4} })
+	wantS(newReq("GET", "/shards/1/token"), 503)
 
 	// Every documented status was produced.
 	if n := len(s.documented()); n < 20 {
