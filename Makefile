@@ -6,6 +6,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 DURATION ?= 2m
 # STORE: the fenced store of `make demo` and `make chaos`: memory (the default) or a throwaway postgres / redis.
 STORE ?=
+# SHARDS: `make chaos SHARDS=16` runs the candidates with --shards=16 (a shard set; STORE=postgres).
+SHARDS ?=
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X github.com/elector-sidecar/elector-sidecar/pkg/version.Version=$(VERSION) -X github.com/elector-sidecar/elector-sidecar/pkg/version.Revision=$(REVISION)
 
@@ -97,8 +99,8 @@ e2e-kind: ## On a Docker host: the e2e suite in a kind cluster (hack/e2e-kind.sh
 	hack/e2e-kind.sh
 
 .PHONY: chaos
-chaos: ## Chaos soak (not in CI): 5 candidates, random kills/pauses/restarts; DURATION=2m STORE=memory|postgres|redis (hack/chaos.sh).
-	STORE=$(STORE) hack/chaos.sh $(DURATION)
+chaos: ## Chaos soak (not in CI): 5 candidates, random kills/pauses/restarts; DURATION=2m STORE=memory|postgres|redis; SHARDS=16: a shard set, judged per shard (hack/chaos.sh).
+	STORE=$(STORE) SHARDS=$(SHARDS) hack/chaos.sh $(DURATION)
 
 .PHONY: sim
 sim: ## The election's deterministic simulator: random seeds until DURATION (default 2m) is up; a failure prints its seed and replay command (docs/simulation.md).

@@ -15,8 +15,14 @@
 # restarts mid-run; invariant 1 is then checked from the database's own history. The servers are
 # installed first if missing (hack/install-deps.sh). STORE=memory (the default): an in-memory fence.
 #
+# SHARDS=N (`make chaos SHARDS=16`): the candidates run with --shards=N; a fenced writer per candidate
+# writes to every shard its process owns, each shard its own resource in PostgreSQL (STORE defaults to
+# postgres, the only store allowed), and the invariants are checked per shard, the first from the
+# database's history (test/cmd/chaos/shards.go). Without SHARDS: the single-Lease soak above.
+#
 #   hack/chaos.sh [DURATION] [test/cmd/chaos flags...]     DURATION default 2m, e.g. hack/chaos.sh 10m --seed 42
 #   STORE=postgres hack/chaos.sh 5m
+#   SHARDS=16 hack/chaos.sh 3m
 set -o errexit -o nounset -o pipefail
 
 # shellcheck source=hack/lib.sh
@@ -29,7 +35,17 @@ if [[ $# -gt 0 && "$1" != -* ]]; then
   shift
 fi
 
-store="${STORE:-memory}"
+shards="${SHARDS:-0}"
+if [[ ! "$shards" =~ ^[0-9]+$ ]]; then
+  echo "hack/chaos.sh: SHARDS=$shards: want a number of shards, e.g. SHARDS=16 (hint: empty or 0 runs the single-Lease soak)" >&2
+  exit 2
+fi
+if ((shards > 0)); then
+  store="${STORE:-postgres}"
+  set -- --shards="$shards" "$@"
+else
+  store="${STORE:-memory}"
+fi
 case "$store" in
   memory) ;;
   postgres | redis) hack/install-deps.sh ;;

@@ -32,6 +32,9 @@
 //  6. no process served a higher token while another process's answer still claimed
 //     validity (sent time + expiresInMs; the sampler, framework.CheckClaims).
 //
+// With --shards=N it runs the shard soak instead (shards.go): the candidates
+// run --shards=N and the invariants are checked per shard.
+//
 // It exits 1 if an invariant broke, 2 on bad flags.
 package main
 
@@ -68,6 +71,8 @@ type options struct {
 	seed       uint64
 	timings    framework.Timings
 	keepLogs   bool
+	// shards > 0: the shard soak (shards.go) with --shards=N.
+	shards int
 }
 
 // parseFlags parses the command line; the error is the one-line reason for
@@ -87,6 +92,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.timings.RetryPeriod, "retry-period", 500*time.Millisecond, "sidecars' --retry-period")
 	fs.DurationVar(&o.timings.ClockSkewMargin, "clock-skew-margin", 200*time.Millisecond, "sidecars' --clock-skew-margin")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep process logs even if every invariant held")
+	fs.IntVar(&o.shards, "shards", 0, "run the candidates with --shards=N and check the invariants per shard (needs --store=postgres; 0: one Lease)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -100,6 +106,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if fs.NArg() > 0 || o.duration <= 0 || o.candidates < 3 || o.faultEvery <= 0 {
 		return o, errors.New("want --duration > 0, --candidates >= 3, --fault-every > 0 and no arguments")
+	}
+	if o.shards < 0 || (o.shards > 0 && o.store != storePostgres) {
+		return o, fmt.Errorf("--shards=%d --store=%s: a shard soak judges every shard from PostgreSQL's history: want --shards >= 1 with --store=postgres (or --shards=0)", o.shards, o.store)
 	}
 	return o, nil
 }
@@ -118,7 +127,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ok, err := run(ctx, o)
+	soak := run
+	if o.shards > 0 {
+		soak = runShards
+	}
+	ok, err := soak(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: FAILED:", err)
 		os.Exit(1)

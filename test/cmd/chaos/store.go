@@ -121,6 +121,7 @@ type backend struct {
 	kind     string
 	name     string // "PostgreSQL", "Redis", "memory"
 	addr     string // the database's host:port; "" for memory
+	url      string // the database's URL; "" for memory
 	describe string
 	store    fencing.Store
 	// restart restarts the database (same port, same data): cleanly, or

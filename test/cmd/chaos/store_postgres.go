@@ -44,6 +44,7 @@ func openPostgres(ctx context.Context, dir string) (*backend, error) {
 	return &backend{
 		kind:     storePostgres,
 		addr:     srv.Addr,
+		url:      srv.URL,
 		name:     "PostgreSQL",
 		describe: fmt.Sprintf("PostgreSQL fence (pkg/fencing/postgres, elector_fence() in the commit's transaction) on %s, resource %q, history in elector_fence_history; synchronous_commit on, fsync off", srv.Addr, chaosResource),
 		store:    store,

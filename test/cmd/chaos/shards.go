@@ -1,0 +1,592 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
+
+// The shard soak (--shards=N; `make chaos SHARDS=16`): the candidates run
+// elector-sidecar --shards=N, so the set's N shards are spread over them,
+// each shard with its own Lease and fencing token. Each candidate has a
+// fenced writer that writes, as fast as it can, once per shard its process
+// owns (GET /shards), with that shard's token, to that shard's own resource
+// in PostgreSQL (chaos-shard-<i>: SELECT elector_fence(resource, token,
+// lease_uid, writer) in a transaction); a writer frozen with its process
+// writes late with the tokens it held. The faults are the ones that apply to
+// a set: SIGKILL, SIGSTOP+SIGCONT, SIGTERM (the member hands its shards off),
+// restarts with the same identity, apiserver restarts and a database restart.
+// Every process's GET /shards is sampled too; the invariants are the
+// single-Lease soak's, per shard:
+//
+//  1. the resource never accepted a token lower than one it had accepted
+//     before (from elector_fence_history, per shard), and the history holds
+//     every accepted write plus at most the writes whose outcome the writers
+//     could not know;
+//  2. no two processes served a valid token of the shard at overlapping instants;
+//  3. the shard's tokens served later are greater;
+//  4. every token the resource accepted came from one process;
+//  5. no two processes ever served the same token value of the shard;
+//  6. no process served a higher token of the shard while another's answer
+//     still claimed validity;
+//
+// and every shard was written.
+
+// shardResource is shard i's fenced resource.
+func shardResource(i int) string { return "chaos-shard-" + strconv.Itoa(i) }
+
+// shardsBody is the part of GET /shards the soak reads.
+type shardsBody struct {
+	Ready bool `json:"ready"`
+	Live  bool `json:"live"`
+	Owned []struct {
+		Index       int    `json:"index"`
+		Lease       string `json:"lease"`
+		LeaseUID    string `json:"leaseUID"`
+		Token       int64  `json:"token"`
+		ExpiresInMs int64  `json:"expiresInMs"`
+	} `json:"owned"`
+}
+
+// heldShard is one shard a writer got from its process's /shards.
+type heldShard struct {
+	index int
+	token int64
+	uid   string
+}
+
+type shardSoak struct {
+	*soak
+	n       int
+	dbURL   string
+	httpc   *http.Client
+	pollCtx context.Context
+
+	smu     sync.Mutex
+	samples [][]framework.Sample // per shard: each process's answers (framework.Sample: Target, token, validity)
+	polled  map[string]bool      // instances with a poller
+	pollers sync.WaitGroup
+
+	heldMu sync.Mutex
+	held   map[string]heldAnswer // slot id -> the writer's last answer
+
+	shardAccepted []atomic.Int64
+}
+
+// heldAnswer is a writer's last /shards answer, for the late writes of a
+// SIGSTOP fault.
+type heldAnswer struct {
+	instance string
+	at       time.Time
+	shards   []heldShard
+}
+
+// getShards asks c's GET /shards.
+func (ss *shardSoak) getShards(ctx context.Context, c *framework.Candidate) (shardsBody, int, error) {
+	var b shardsBody
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/shards", nil)
+	if err != nil {
+		return b, 0, err
+	}
+	resp, err := ss.httpc.Do(req)
+	if err != nil {
+		return b, 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return b, resp.StatusCode, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, resp.StatusCode, nil
+	}
+	return b, resp.StatusCode, json.Unmarshal(body, &b)
+}
+
+func runShards(ctx context.Context, o options) (bool, error) {
+	s := &soak{o: o, rng: rand.New(rand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now()}
+	logDir, err := os.MkdirTemp("", "elector-chaos-shards-")
+	if err != nil {
+		return false, err
+	}
+	s.logDir = logDir
+	s.logf("chaos soak of a shard set: %d candidates with --shards=%d, %v of faults (mean every %v), seed %d, timings %+v, store %s; logs in %s",
+		o.candidates, o.shards, o.duration, o.faultEvery, o.seed, o.timings, o.store, logDir)
+	bins, err := framework.BuildBinaries(framework.SidecarPackage)
+	if err != nil {
+		return false, err
+	}
+	defer framework.CleanupBinaries()
+	s.cp, err = framework.StartControlPlane(framework.ControlPlaneOptions{Dir: filepath.Join(logDir, "controlplane")})
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = s.cp.Stop() }()
+	if s.ns, err = s.cp.CreateNamespace(ctx, "chaos"); err != nil {
+		return false, err
+	}
+	u, err := url.Parse(s.cp.APIServerURL())
+	if err != nil {
+		return false, err
+	}
+	s.upstream = u.Host
+	if s.db, err = openBackend(ctx, o.store, logDir); err != nil {
+		return false, err
+	}
+	defer s.db.close()
+	s.logf("fenced store: PostgreSQL on %s, one resource per shard (chaos-shard-<i>), history in elector_fence_history", s.db.addr)
+
+	s.g = framework.NewGroup(framework.CandidateSpec{
+		Binary: bins[framework.SidecarPackage], LeaseName: "chaos", Namespace: s.ns, Kubeconfig: s.cp.Kubeconfig,
+		Timings: o.timings, LogDir: logDir, ExtraArgs: []string{"--shards=" + strconv.Itoa(o.shards)},
+	})
+	s.g.Sampler.Stop()
+	s.g.Sampler = nil // /token is the single Lease's; the shard soak samples /shards
+	pctx, stopPolling := context.WithCancel(context.Background())
+	defer stopPolling()
+	ss := &shardSoak{soak: s, n: o.shards, dbURL: s.db.url, pollCtx: pctx,
+		httpc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}},
+		samples: make([][]framework.Sample, o.shards), polled: map[string]bool{}, held: map[string]heldAnswer{},
+		shardAccepted: make([]atomic.Int64, o.shards)}
+	defer func() {
+		s.g.StopAll(3 * time.Second)
+		s.closeProxies()
+	}()
+	for i := 0; i < o.candidates; i++ {
+		sl, err := s.newSlot(fmt.Sprintf("cand-%d", i), false)
+		if err != nil {
+			return false, err
+		}
+		s.slots = append(s.slots, sl)
+		if _, err := s.startSlot(ctx, sl); err != nil {
+			return false, err
+		}
+	}
+	go ss.pollNewInstances()
+	if err := ss.waitAllOwned(ctx, 60*time.Second); err != nil {
+		return false, err
+	}
+	s.logf("every shard owned; starting writers and faults")
+
+	wctx, stopWriters := context.WithCancel(context.Background())
+	for _, sl := range s.slots {
+		s.writers.Add(1)
+		go func() { defer s.writers.Done(); ss.writer(wctx, sl) }()
+	}
+	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
+	s.bg.Add(1)
+	go func() { // one database restart at mid-run
+		defer s.bg.Done()
+		select {
+		case <-fctx.Done():
+		case <-time.After(o.duration / 2):
+			s.restartDB()
+		}
+	}()
+	ss.faultLoop(fctx)
+	stopFaults()
+	s.logf("faults over; letting pending faults finish and the set settle")
+	s.bg.Wait()
+	if err := s.cp.StartAPIServer(); err != nil {
+		s.logf("restarting the apiserver: %v", err)
+	}
+	if err := ss.waitAllOwned(context.Background(), 60*time.Second); err != nil {
+		s.logf("after the soak: %v", err)
+	}
+	time.Sleep(o.timings.LeaseDuration)
+	stopWriters()
+	s.writers.Wait()
+	stopPolling()
+	ss.pollers.Wait()
+
+	ok := ss.report()
+	if ok && !o.keepLogs && ctx.Err() == nil {
+		defer func() { _ = os.RemoveAll(logDir) }()
+	} else {
+		s.logf("process logs kept in %s", logDir)
+	}
+	if ctx.Err() != nil {
+		return ok, errors.New("interrupted")
+	}
+	return ok, nil
+}
+
+// waitAllOwned waits until the running processes together own every shard.
+func (ss *shardSoak) waitAllOwned(ctx context.Context, timeout time.Duration) error {
+	var missing []int
+	err := framework.Eventually(ctx, 100*time.Millisecond, timeout, "every shard owned by a running process", func(ctx context.Context) error {
+		owned := make([]bool, ss.n)
+		for _, c := range ss.g.Running() {
+			b, code, err := ss.getShards(ctx, c)
+			if err != nil || code != http.StatusOK {
+				continue
+			}
+			for _, o := range b.Owned {
+				if o.Index >= 0 && o.Index < ss.n && o.ExpiresInMs > 0 {
+					owned[o.Index] = true
+				}
+			}
+		}
+		missing = missing[:0]
+		for i, ok := range owned {
+			if !ok {
+				missing = append(missing, i)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("shards %v owned by no process", missing)
+		}
+		return nil
+	})
+	return err
+}
+
+// pollNewInstances starts a /shards poller for every instance the group
+// starts, until the soak stops polling.
+func (ss *shardSoak) pollNewInstances() {
+	for ss.pollCtx.Err() == nil {
+		for _, c := range ss.g.All() {
+			ss.smu.Lock()
+			seen := ss.polled[c.Instance]
+			ss.polled[c.Instance] = true
+			ss.smu.Unlock()
+			if !seen && !c.Exited() {
+				ss.pollers.Add(1)
+				go func() { defer ss.pollers.Done(); ss.poll(c) }()
+			}
+		}
+		select {
+		case <-ss.pollCtx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// pollInterval is the time between two /shards samples of one process.
+const pollInterval = 30 * time.Millisecond
+
+// poll samples c's GET /shards until it exits: every owned shard is a valid
+// sample of that shard; a shard no longer owned gets one invalid sample,
+// which ends the process's term on it (framework.TermsOf).
+func (ss *shardSoak) poll(c *framework.Candidate) {
+	prev := make([]bool, ss.n)
+	for ss.pollCtx.Err() == nil && !c.Exited() {
+		sent := time.Now()
+		b, code, err := ss.getShards(ss.pollCtx, c)
+		recv := time.Now()
+		if ss.pollCtx.Err() != nil {
+			return
+		}
+		now := make([]*framework.Sample, ss.n)
+		if err == nil && code == http.StatusOK {
+			for _, o := range b.Owned {
+				if o.Index < 0 || o.Index >= ss.n || o.ExpiresInMs <= 0 {
+					continue
+				}
+				now[o.Index] = &framework.Sample{Target: c.Instance, TokenResult: framework.TokenResult{Status: http.StatusOK,
+					Token: o.Token, Lease: o.Lease, LeaseUID: o.LeaseUID, ExpiresInMs: o.ExpiresInMs, Sent: sent, Received: recv}}
+			}
+		}
+		ss.smu.Lock()
+		for i := range ss.n {
+			switch {
+			case now[i] != nil:
+				ss.samples[i] = append(ss.samples[i], *now[i])
+				prev[i] = true
+			case prev[i]:
+				ss.samples[i] = append(ss.samples[i], framework.Sample{Target: c.Instance,
+					TokenResult: framework.TokenResult{Status: code, Err: err, Sent: sent, Received: recv}})
+				prev[i] = false
+			}
+		}
+		ss.smu.Unlock()
+		select {
+		case <-ss.pollCtx.Done():
+			return
+		case <-c.Done():
+			return
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// writer writes, as fast as it can, once per shard its slot's process owns,
+// with that shard's token. If the process is paused after the writer got its
+// answer, the writer freezes too and writes late with the tokens it holds.
+func (ss *shardSoak) writer(ctx context.Context, sl *slot) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	for ctx.Err() == nil {
+		c := ss.g.Get(sl.id)
+		if c == nil || c.Exited() {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		b, code, err := ss.getShards(ctx, c)
+		var held []heldShard
+		if err == nil && code == http.StatusOK {
+			for _, o := range b.Owned {
+				if o.ExpiresInMs > 0 {
+					held = append(held, heldShard{o.Index, o.Token, o.LeaseUID})
+				}
+			}
+		}
+		if len(held) == 0 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		ss.heldMu.Lock()
+		ss.held[sl.id] = heldAnswer{instance: c.Instance, at: time.Now(), shards: held}
+		ss.heldMu.Unlock()
+		sl.mu.Lock()
+		paused, resume := sl.paused, sl.resume
+		sl.mu.Unlock()
+		if paused && resume != nil {
+			select { // frozen with the tokens in hand, like its process
+			case <-resume:
+			case <-ctx.Done():
+				return
+			}
+		}
+		for _, h := range held {
+			_, _ = ss.write(&conn, h, c.Instance) // counted by write
+		}
+	}
+}
+
+// errStale is elector_fence()'s SQLSTATE for a stale token.
+const errStale = "EF001"
+
+// write sends one fenced write of shard h with its token, as writer; the
+// outcome is counted. Not cancelled by the end of the soak: a write in
+// flight finishes, so its outcome is known.
+func (ss *shardSoak) write(conn **pgx.Conn, h heldShard, writer string) (accepted bool, err error) {
+	ss.attempted.Add(1)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if *conn == nil || (*conn).IsClosed() {
+		if *conn, err = pgx.Connect(ctx, ss.dbURL); err != nil {
+			*conn = nil
+			ss.writeError(began, err)
+			return false, err
+		}
+	}
+	err = pgx.BeginFunc(ctx, *conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT elector_fence($1, $2, $3, $4)", shardResource(h.index), h.token, h.uid, writer)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		ss.accepted.Add(1)
+		ss.shardAccepted[h.index].Add(1)
+		return true, nil
+	case errors.As(err, &pgErr) && pgErr.Code == errStale:
+		ss.stale.Add(1)
+		return false, err
+	}
+	ss.writeError(began, err)
+	if !errors.As(err, &pgErr) { // the connection broke (a database restart): a new one next time
+		_ = (*conn).Close(context.Background())
+		*conn = nil
+	}
+	return false, err
+}
+
+// faultLoop injects a random fault every ~faultEvery until ctx ends.
+func (ss *shardSoak) faultLoop(ctx context.Context) {
+	next := time.Now()
+	lastReport := time.Now()
+	for {
+		next = next.Add(ss.dur(ss.o.faultEvery/2, ss.o.faultEvery*3/2))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(next)):
+		}
+		ss.inject()
+		if time.Since(lastReport) > 10*time.Second {
+			lastReport = time.Now()
+			ss.logf("progress: writes %d (accepted %d, stale %d, errors %d, of them during a database restart %d)",
+				ss.attempted.Load(), ss.accepted.Load(), ss.stale.Load(), ss.writeErrs.Load(), ss.dbRestartErrs.Load())
+		}
+	}
+}
+
+// shardFaults and their weights: the single-Lease soak's faults that apply
+// to a set (no Lease deletions or hand edits: a shard set's Leases are its own).
+var (
+	shardFaults       = []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "db-restart"}
+	shardFaultWeights = []int{3, 3, 2, 2, 1, 1}
+)
+
+func (ss *shardSoak) inject() {
+	total := 0
+	for _, w := range shardFaultWeights {
+		total += w
+	}
+	r := ss.intn(total)
+	kind := shardFaults[0]
+	for i, w := range shardFaultWeights {
+		if r < w {
+			kind = shardFaults[i]
+			break
+		}
+		r -= w
+	}
+	switch kind {
+	case "db-restart":
+		if !ss.dbDown.Load() {
+			ss.bg.Add(1)
+			go func() { defer ss.bg.Done(); ss.restartDB() }()
+		}
+		return
+	case "apiserver-restart":
+		ss.injectAPIServerRestart()
+		return
+	}
+	var sl *slot
+	var candidates []*slot
+	for _, x := range ss.slots {
+		x.mu.Lock()
+		if !x.down && !x.pending {
+			candidates = append(candidates, x)
+		}
+		x.mu.Unlock()
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	sl = candidates[ss.intn(len(candidates))]
+	c := ss.g.Get(sl.id)
+	if c == nil {
+		return
+	}
+	// Keep at least two candidates up, so a shard's token never goes back
+	// (the contract: while any member that saw the set runs).
+	if (kind == "sigkill" || kind == "sigterm") && ss.up() <= 2 {
+		kind = "sigstop"
+	}
+	ss.count(kind)
+	sl.mu.Lock()
+	sl.pending = true
+	sl.mu.Unlock()
+	ss.bg.Add(1)
+	go func() {
+		defer ss.bg.Done()
+		defer func() { sl.mu.Lock(); sl.pending = false; sl.mu.Unlock() }()
+		switch kind {
+		case "sigstop":
+			ss.freeze(sl, c)
+		case "sigkill", "sigterm":
+			sl.mu.Lock()
+			sl.down = true
+			sl.mu.Unlock()
+			if kind == "sigkill" {
+				_ = c.Kill()
+			} else {
+				_ = c.Terminate()
+			}
+			code, _ := c.Wait(5 * time.Second)
+			d := ss.dur(0, 2*ss.o.timings.LeaseDuration)
+			ss.logf("fault: %s %s (exit %d), restart in %v", kind, c.Instance, code, d.Round(time.Millisecond))
+			time.Sleep(d)
+			ss.restart(sl)
+		case "restart":
+			_ = c.Terminate()
+			code, _ := c.Wait(5 * time.Second)
+			ss.logf("fault: restart %s (exit %d)", c.Instance, code)
+			ss.restart(sl)
+		}
+	}()
+}
+
+// freeze SIGSTOPs c (its writer freezes with it), mostly for longer than
+// the lease so its shards move; a writer that had just got its tokens
+// writes them late after the SIGCONT.
+func (ss *shardSoak) freeze(sl *slot, c *framework.Candidate) {
+	d := ss.dur(ss.o.timings.RetryPeriod, 2*ss.o.timings.LeaseDuration)
+	if ss.intn(4) != 0 {
+		d = ss.dur(ss.o.timings.LeaseDuration+time.Second, 2*ss.o.timings.LeaseDuration+time.Second)
+	}
+	_ = c.Pause()
+	sl.mu.Lock()
+	sl.paused, sl.resume = true, make(chan struct{})
+	sl.mu.Unlock()
+	ss.heldMu.Lock()
+	h := ss.held[sl.id]
+	ss.heldMu.Unlock()
+	inFlight := h.instance == c.Instance && time.Since(h.at) < 200*time.Millisecond
+	ss.logf("fault: SIGSTOP %s for %v", c.Instance, d.Round(time.Millisecond))
+	time.Sleep(d)
+	_ = c.Resume()
+	sl.mu.Lock()
+	sl.paused = false
+	close(sl.resume)
+	sl.mu.Unlock()
+	if !inFlight {
+		return
+	}
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	for _, x := range h.shards {
+		ok, err := ss.write(&conn, x, c.Instance)
+		result := "accepted (the shard did not move during the pause)"
+		if !ok {
+			result = "rejected: " + errOr(err, "?")
+		}
+		ss.logf("late write by %s on shard %d with token %d after the pause: %s", c.Instance, x.index, x.token, result)
+	}
+}
+
+func (ss *shardSoak) injectAPIServerRestart() {
+	if !ss.apiDown.CompareAndSwap(false, true) {
+		return
+	}
+	ss.count("apiserver-restart")
+	down := ss.dur(time.Second, 2*ss.o.timings.LeaseDuration)
+	crash := ss.intn(2) == 0
+	ss.bg.Add(1)
+	go func() {
+		defer ss.bg.Done()
+		defer ss.apiDown.Store(false)
+		var err error
+		if crash {
+			err = ss.cp.KillAPIServer()
+		} else {
+			err = ss.cp.StopAPIServer(time.Second)
+		}
+		ss.logf("fault: apiserver %s for %v (%v)", map[bool]string{true: "SIGKILLed", false: "stopped"}[crash], down.Round(time.Millisecond), err)
+		time.Sleep(down)
+		if err := ss.cp.StartAPIServer(); err != nil {
+			ss.logf("apiserver restart failed: %v", err)
+		}
+	}()
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
+)
+
+// shardHistory reads elector_fence_history of every shard's resource, in
+// the database's order, by shard.
+func (ss *shardSoak) shardHistory(ctx context.Context) (map[int][]historyRow, int64, error) {
+	conn, err := pgx.Connect(ctx, ss.dbURL)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rs, err := conn.Query(ctx, `SELECT id, resource, token, coalesce(lease_uid, ''), coalesce(holder, '')
+		FROM elector_fence_history WHERE resource LIKE 'chaos-shard-%' ORDER BY id`)
+	if err != nil {
+		return nil, 0, err
+	}
+	byShard := map[int][]historyRow{}
+	var total int64
+	for rs.Next() {
+		var id int64
+		var res string
+		var r historyRow
+		if err := rs.Scan(&id, &res, &r.Token, &r.LeaseUID, &r.Writer); err != nil {
+			return nil, 0, err
+		}
+		i, err := strconv.Atoi(strings.TrimPrefix(res, "chaos-shard-"))
+		if err != nil {
+			return nil, 0, fmt.Errorf("history row %d: resource %q", id, res)
+		}
+		r.ID = strconv.FormatInt(id, 10)
+		byShard[i] = append(byShard[i], r)
+		total++
+	}
+	return byShard, total, rs.Err()
+}
+
+// report prints the counts and checks the invariants per shard; false if
+// one broke.
+func (ss *shardSoak) report() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	history, historyRows, historyErr := ss.shardHistory(ctx)
+	cancel()
+	ss.smu.Lock()
+	samples := ss.samples
+	ss.smu.Unlock()
+
+	var faultNames []string
+	ss.faults.Range(func(k, v any) bool {
+		faultNames = append(faultNames, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	sort.Strings(faultNames)
+	terms := make([][]framework.Term, ss.n)
+	moves, nsamples := 0, 0
+	var maxTok int64
+	minAcc, maxAcc := int64(-1), int64(0)
+	for i := range ss.n {
+		terms[i] = framework.TermsOf(samples[i])
+		nsamples += len(samples[i])
+		distinct := map[string]bool{}
+		for _, t := range terms[i] {
+			distinct[fmt.Sprintf("%s/%d", t.Target, t.Token)] = true
+			maxTok = max(maxTok, t.Token)
+		}
+		moves += max(len(distinct)-1, 0)
+		a := ss.shardAccepted[i].Load()
+		if minAcc < 0 || a < minAcc {
+			minAcc = a
+		}
+		maxAcc = max(maxAcc, a)
+	}
+
+	fmt.Println()
+	fmt.Println("==== chaos soak results (shard set) ====")
+	fmt.Printf("duration            %v (faults for %v, seed %d)\n", time.Since(ss.start).Round(time.Second), ss.o.duration, ss.o.seed)
+	fmt.Printf("shards              %d over %d candidates\n", ss.n, ss.o.candidates)
+	fmt.Printf("faults              %s\n", strings.Join(faultNames, ", "))
+	fmt.Printf("processes started   %d\n", len(ss.g.All()))
+	fmt.Printf("store               PostgreSQL on %s, a resource per shard\n", ss.db.addr)
+	fmt.Printf("writes attempted    %d\n", ss.attempted.Load())
+	fmt.Printf("writes accepted     %d (per shard: %d to %d)\n", ss.accepted.Load(), minAcc, maxAcc)
+	fmt.Printf("rejected as stale   %d\n", ss.stale.Load())
+	fmt.Printf("other write errors  %d\n", ss.writeErrs.Load()-ss.dbRestartErrs.Load())
+	ss.errMu.Lock()
+	for _, e := range ss.errSamples {
+		fmt.Printf("    %s\n", e)
+	}
+	ss.errMu.Unlock()
+	fmt.Printf("errors during a database restart  %d (restarts: %d)\n", ss.dbRestartErrs.Load(), ss.countOf("db-restart"))
+	fmt.Printf("shard moves         %d (distinct process+token terms beyond the first, summed over shards)\n", moves)
+	fmt.Printf("max token           %d\n", maxTok)
+	fmt.Printf("/shards samples     %d (per-shard entries)\n", nsamples)
+
+	ok := true
+	check := func(name string, problems []string) {
+		if len(problems) == 0 {
+			fmt.Printf("invariant OK        %s\n", name)
+			return
+		}
+		ok = false
+		fmt.Printf("invariant BROKEN    %s: %d violation(s)\n", name, len(problems))
+		for i, p := range problems {
+			if i == 10 {
+				fmt.Printf("    ... and %d more\n", len(problems)-10)
+				break
+			}
+			fmt.Printf("    %s\n", p)
+		}
+	}
+	perShard := func(f func(i int) []string) []string {
+		var out []string
+		for i := range ss.n {
+			for _, p := range f(i) {
+				out = append(out, fmt.Sprintf("shard %d: %s", i, p))
+			}
+		}
+		return out
+	}
+
+	// 1. from the database's own history, per shard; and the history holds
+	// every accepted write.
+	if historyErr != nil {
+		check("no accepted write with a token lower than one accepted before (per shard, from PostgreSQL's history)",
+			[]string{"reading the database's history: " + historyErr.Error()})
+	} else {
+		check(fmt.Sprintf("no accepted write with a token lower than one accepted before (per shard, from PostgreSQL's history, %d rows)", historyRows),
+			perShard(func(i int) []string { return checkHistory(history[i]) }))
+		rec, p := reconcile(historyRows, ss.accepted.Load(), ss.accepted.Load(), ss.writeErrs.Load())
+		fmt.Printf("database history    %d rows; %s\n", historyRows, rec)
+		check("the database's history holds every accepted write, plus only writes with an unknown outcome", p)
+	}
+	// 2., 3., 5., 6.: the /shards samples, per shard.
+	check("no overlap of valid-token intervals between processes (per shard)", perShard(func(i int) []string {
+		return details(framework.CheckNoOverlap(terms[i], ss.start))
+	}))
+	check("tokens served later are greater (per shard)", perShard(func(i int) []string {
+		return details(framework.CheckTokenOrder(terms[i], ss.start))
+	}))
+	// 4. one process per accepted token, from the history's writer column.
+	check("every accepted token came from one process (per shard)", perShard(func(i int) []string {
+		by := map[int64]map[string]bool{}
+		for _, r := range history[i] {
+			if by[r.Token] == nil {
+				by[r.Token] = map[string]bool{}
+			}
+			by[r.Token][r.Writer] = true
+		}
+		var p []string
+		for tok, ws := range by {
+			if len(ws) > 1 {
+				var names []string
+				for n := range ws {
+					names = append(names, n)
+				}
+				sort.Strings(names)
+				p = append(p, fmt.Sprintf("token %d accepted from %v", tok, names))
+			}
+		}
+		sort.Strings(p)
+		return p
+	}))
+	check("no two processes ever served the same token value (per shard)", perShard(func(i int) []string {
+		return details(framework.CheckDistinctTokens(samples[i], ss.start))
+	}))
+	check("no process served a higher token while another's answer still claimed validity (per shard)", perShard(func(i int) []string {
+		return details(framework.CheckClaims(samples[i], nil, ss.start))
+	}))
+	check("every shard was written", perShard(func(i int) []string {
+		if ss.shardAccepted[i].Load() == 0 {
+			return []string{"no accepted write"}
+		}
+		return nil
+	}))
+	if !ok {
+		for i := range ss.n {
+			fmt.Printf("shard %d terms:\n%s", i, framework.FormatTerms(terms[i], ss.start))
+		}
+	}
+	fmt.Println(map[bool]string{true: "RESULT: PASS", false: "RESULT: FAIL"}[ok])
+	return ok
+}
+
+func details(vs []framework.Violation) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Detail)
+	}
+	return out
+}
