@@ -60,6 +60,9 @@ type Config struct {
 	ShutdownHandoff string
 	// DirectHandoff is --direct-handoff (election.Config.DirectHandoff).
 	DirectHandoff bool
+	// Shards is --shards: 0 runs the one-Lease election; N > 0 makes this
+	// pod a member of the shard set LeaseName with N shards (pkg/shards).
+	Shards int
 
 	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit on API
 	// server requests (--kube-api-qps, --kube-api-burst).

@@ -47,6 +47,7 @@ var Flags = []flagSpec{
 	{"expected-candidates", "ELECTOR_EXPECTED_CANDIDATES"},
 	{"shutdown-handoff", "ELECTOR_SHUTDOWN_HANDOFF"},
 	{"direct-handoff", "ELECTOR_DIRECT_HANDOFF"},
+	{"shards", "ELECTOR_SHARDS"},
 	{"kube-api-qps", "ELECTOR_KUBE_API_QPS"},
 	{"kube-api-burst", "ELECTOR_KUBE_API_BURST"},
 }
@@ -111,6 +112,7 @@ func newFlagSet(c *Config) *pflag.FlagSet {
 	fs.StringVar(&c.LeaseLabels, "lease-labels", "", "labels of the Lease, key=value pairs separated by commas (e.g. app.kubernetes.io/instance=billing): set when this sidecar creates the Lease; its next write adds any the Lease lacks, and changes or removes none (default: none)")
 	fs.StringVar(&c.ShutdownHandoff, "shutdown-handoff", string(election.HandoffAfterValidity), "on SIGTERM a leader stops its token at once; after-validity: no other pod leads until every token answer already given to the app (expiresInMs) has run out, since nothing guarantees the app stopped using it; immediate: another pod may lead at once, for when the app has exited before the sidecar is stopped (a native sidecar). POST /release is always immediate")
 	fs.BoolVar(&c.DirectHandoff, "direct-handoff", true, "announce this candidate on the Lease (one patch when it joins or leaves the election) and, when stepping down as leader, hand the Lease to the most recently announced candidate, which takes it with one write and no race; false: release the Lease free instead")
+	fs.IntVar(&c.Shards, "shards", 0, "run a shard set instead of one election: the Leases <lease-name>-0 … <lease-name>-(N-1), spread in fair shares over the pods of the set, each with its own fencing token (GET /shards); raises --kube-api-qps and --kube-api-burst to at least N and 2N; 0: one Lease")
 	fs.IntVar(&c.ExpectedCandidates, "expected-candidates", 0, "how many candidates usually run for this Lease (the replica count): after a release the followers spread their writes over a window sized for at least this many (3 or fewer write at once, 100 over ~1 s); 0: unknown (the Lease learns it from its handoffs)")
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "client-side limit on API server requests per second (sustained)")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "client-side limit on API server requests in a burst above --kube-api-qps")

@@ -22,6 +22,7 @@ import (
 	"github.com/elector-sidecar/elector-sidecar/pkg/kubeclient"
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
 	"github.com/elector-sidecar/elector-sidecar/pkg/localapi"
+	"github.com/elector-sidecar/elector-sidecar/pkg/shards"
 	"github.com/elector-sidecar/elector-sidecar/pkg/version"
 )
 
@@ -62,7 +63,12 @@ func RestConfig(kubeconfig string, qps float64, burst int) (*rest.Config, error)
 // Run starts the election and the local API and blocks until ctx is done,
 // then releases the Lease and stops. Listener errors are returned wrapped.
 func Run(ctx context.Context, c *Config, log *slog.Logger) error {
-	restCfg, err := RestConfig(c.Kubeconfig, c.KubeAPIQPS, c.KubeAPIBurst)
+	qps, burst := c.KubeAPIQPS, c.KubeAPIBurst
+	if c.Shards > 0 {
+		// A member leaving with its shards writes them all at once.
+		qps, burst = max(qps, float64(c.Shards)), max(burst, 2*c.Shards)
+	}
+	restCfg, err := RestConfig(c.Kubeconfig, qps, burst)
 	if err != nil {
 		return err
 	}
@@ -101,11 +107,24 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	recorder := kubeclient.NewRecorder(client.Events(c.LeaseNamespace), corev1.EventSource{Component: "elector-sidecar", Host: c.Identity}, log, nil)
 	defer recorder.Shutdown()
 	ec.Recorder = recorder
-	el, err := election.New(ec)
-	if err != nil {
-		return err
+	var (
+		el   *election.Elector
+		set  *shards.Set
+		cand candidate
+		run  func(context.Context) error
+	)
+	if c.Shards > 0 {
+		if set, err = shards.New(shards.Config{Config: ec, Shards: c.Shards}); err != nil {
+			return err
+		}
+		el, cand, run = set.Session(), set, set.Run
+	} else {
+		if el, err = election.New(ec); err != nil {
+			return err
+		}
+		cand, run = el, el.Run
 	}
-	prober, err := c.newProber(el, electorReg, log)
+	prober, err := c.newProber(cand, electorReg, log)
 	if err != nil {
 		return err
 	}
@@ -181,7 +200,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 
 	// The elector releases the Lease when runCtx ends, before Run returns;
 	// the servers keep answering (with no token) until then.
-	runErr := el.Run(runCtx)
+	runErr := run(runCtx)
 	stopProbe()
 	stopLabels()
 	sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -200,6 +219,11 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	return nil
 }
 
+// candidate is the election or the shard set, as app health moves it.
+type candidate interface {
+	SetCandidate(ctx context.Context, ok bool, reason string) error
+}
+
 // AppNotHealthyYet is why a sidecar with --app-health-url starts out of the
 // election: its app has not passed --app-health-success-threshold probes yet.
 const AppNotHealthyYet = "app not healthy yet"
@@ -208,7 +232,7 @@ const AppNotHealthyYet = "app not healthy yet"
 // is off). Each change of the app's health takes this pod out of the
 // election or puts it back; a call that fails (the loop not running yet, or
 // busy past the renew deadline) is made again after the next probe.
-func (c *Config) newProber(el *election.Elector, reg prometheus.Registerer, log *slog.Logger) (*apphealth.Prober, error) {
+func (c *Config) newProber(el candidate, reg prometheus.Registerer, log *slog.Logger) (*apphealth.Prober, error) {
 	if c.AppHealthURL == "" {
 		return nil, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/leaderlabel"
+	"github.com/elector-sidecar/elector-sidecar/pkg/shards"
 )
 
 // Validate returns the first problem as one line naming the flag.
@@ -56,10 +57,32 @@ func (c *Config) Validate() error {
 	case c.KubeAPIBurst < 1:
 		return fmt.Errorf("--kube-api-burst %d: must be at least 1", c.KubeAPIBurst)
 	}
+	if err := c.validateShards(); err != nil {
+		return err
+	}
 	ec := c.ElectionConfig()
 	ec.Client = nil
 	if errs := ec.Validate(); len(errs) > 0 {
 		return flagError(errs[0])
+	}
+	return nil
+}
+
+// validateShards checks --shards and what a shard set cannot combine with.
+func (c *Config) validateShards() error {
+	switch {
+	case c.Shards < 0 || c.Shards > shards.MaxShards:
+		return fmt.Errorf("--shards %d: must be between 0 (one Lease) and %d", c.Shards, shards.MaxShards)
+	case c.Shards == 0:
+		return nil
+	case c.LeaderLabel != "":
+		return errors.New("--leader-label: not supported with --shards (every pod of a shard set works; there is no one leader to label)")
+	}
+	sc := shards.Config{Config: c.ElectionConfig(), Shards: c.Shards}
+	for _, fe := range sc.Validate() {
+		if fe.Field == "shards" || fe.Field == "leaseName" {
+			return fmt.Errorf("--lease-name %q with --shards %d: %s", c.LeaseName, c.Shards, fe.Detail)
+		}
 	}
 	return nil
 }

@@ -152,6 +152,11 @@ type simClient struct{ p *simProc }
 func (c simClient) Leases(string) kubeclient.LeaseInterface { return c }
 func (c simClient) Pods(string) kubeclient.PodInterface     { return nil }
 
+// Delete is not a call the election makes (shards end sessions with it).
+func (c simClient) Delete(context.Context, string, metav1.DeleteOptions) error {
+	panic("the election never deletes a Lease")
+}
+
 func (c simClient) Get(_ context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
 	w := c.p.w
 	if w.now < w.outage {

@@ -41,6 +41,7 @@ type LeaseInterface interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error)
 	Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error)
 	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 	List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*coordinationv1.Lease, error)
@@ -178,6 +179,10 @@ func (c *leases) Update(ctx context.Context, lease *coordinationv1.Lease, opts m
 	err := c.client.Put().Namespace(c.ns).Resource("leases").Name(lease.Name).
 		VersionedParams(&opts, parameterCodec).Body(lease).Do(ctx).Into(result)
 	return result, err
+}
+
+func (c *leases) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	return c.client.Delete().Namespace(c.ns).Resource("leases").Name(name).Body(&opts).Do(ctx).Error()
 }
 
 func (c *leases) List(ctx context.Context, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {

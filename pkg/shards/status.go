@@ -39,3 +39,125 @@ func (s Status) Shard(i int) (Owned, bool) {
 	}
 	return Owned{}, false
 }
+
+// snapshot is the loop's published view; immutable once stored.
+type snapshot struct {
+	ready   bool
+	members []string
+	owned   []ownedShard
+}
+
+// ownedShard is a shard whose Lease names our session term, served from
+// serveAt (rule 3) while that term is valid.
+type ownedShard struct {
+	index   int
+	lease   string
+	uid     string
+	token   int64
+	term    SessionRef
+	serveAt time.Time
+}
+
+func (s *Set) snapshotOf(v view) snapshot {
+	sn := snapshot{ready: s.synced, members: v.members}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if !s.named(sh, v.self) || sh.giving {
+			continue
+		}
+		sn.owned = append(sn.owned, ownedShard{
+			index: i, lease: sh.obs.Name, uid: string(sh.obs.UID), token: transitionsOf(sh.obs),
+			term: v.self, serveAt: sh.obsTime.Add(sh.wait),
+		})
+	}
+	return sn
+}
+
+// publish stores the view for Status and returns when it changes with no
+// event (a move's wait running out).
+func (s *Set) publish(v view) time.Time {
+	sn := s.snapshotOf(v)
+	var wake time.Time
+	for _, o := range sn.owned {
+		if v.now.Before(o.serveAt) {
+			wake = earliest(wake, o.serveAt)
+		}
+	}
+	s.mu.Lock()
+	if !sameSnapshot(&s.snap, &sn) {
+		s.snap = sn
+		s.signalLocked()
+	}
+	s.mu.Unlock()
+	return wake
+}
+
+func sameSnapshot(a, b *snapshot) bool {
+	if a.ready != b.ready || len(a.members) != len(b.members) || len(a.owned) != len(b.owned) {
+		return false
+	}
+	for k := range a.members {
+		if a.members[k] != b.members[k] {
+			return false
+		}
+	}
+	for k := range a.owned {
+		if a.owned[k] != b.owned[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// signalLocked wakes Changed's readers; s.mu is held.
+func (s *Set) signalLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Status is the set as this member sees it now. It is what the app is
+// told: every shard it lists counts as handed out until its ValidUntil
+// (a move of that shard makes the next holder wait it out).
+func (s *Set) Status() Status {
+	st := s.session.Status()
+	now := s.clock.Now()
+	self := s.selfTerm(st)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := Status{
+		Set: s.cfg.Namespace + "/" + s.cfg.Name, Identity: s.cfg.Identity, Shards: s.cfg.Shards,
+		Ready: s.snap.ready, Live: self != (SessionRef{}) && s.leaving == "", Members: s.snap.members,
+	}
+	if self == (SessionRef{}) {
+		return out
+	}
+	for _, o := range s.snap.owned {
+		if o.term != self || now.Before(o.serveAt) {
+			continue
+		}
+		out.Owned = append(out.Owned, Owned{
+			Index: o.index, Lease: o.lease, LeaseUID: o.uid, Token: o.token,
+			ValidUntil: st.ValidUntil, ExpiresIn: st.ExpiresIn,
+		})
+		if st.ValidUntil.After(s.handedOut[o.index]) {
+			s.handedOut[o.index] = st.ValidUntil
+		}
+	}
+	return out
+}
+
+// peek lists the shards served now without handing anything out (metrics).
+func (s *Set) peek() []int {
+	st := s.session.Status()
+	now := s.clock.Now()
+	self := s.selfTerm(st)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for _, o := range s.snap.owned {
+		if self != (SessionRef{}) && o.term == self && !now.Before(o.serveAt) {
+			out = append(out, o.index)
+		}
+	}
+	return out
+}

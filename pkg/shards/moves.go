@@ -1,0 +1,340 @@
+package shards
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// maxInFlight bounds the writes one pass sends at once (a member leaving
+// with hundreds of shards sends them together, not one by one).
+const maxInFlight = 32
+
+// write is one Lease write of a pass.
+type write struct {
+	shard  int     // -1: a session Lease (end)
+	member *member // for an end
+	lease  *coordinationv1.Lease
+	create bool
+	what   string // give, take, free, end
+	reason string
+	to     string
+	got    *coordinationv1.Lease
+	err    error
+}
+
+// act carries out our part of the plan and returns when to look again.
+func (s *Set) act(ctx context.Context, v *view) (wake time.Time) {
+	moves := plan(v.members, v.owner)
+	var writes []*write
+	var giving []int
+	ends := map[*member]bool{}
+	for _, i := range slices.Sorted(mapsKeys(moves)) {
+		to, sh := moves[i], &s.shards[i]
+		switch {
+		case s.named(sh, v.self) && to != s.cfg.Identity:
+			giving = append(giving, i)
+		case v.owner[i] == "" && to == s.cfg.Identity && !s.named(sh, v.self):
+			at, end := s.takeAt(sh, v.now)
+			switch {
+			case at.IsZero():
+			case v.now.Before(at):
+				wake = earliest(wake, at)
+			case end != nil:
+				ends[end] = true
+			default:
+				writes = append(writes, s.takeWrite(i, v, ReasonOf(sh, s)))
+			}
+		}
+	}
+	if s.leaving != "" && len(v.members) == 0 {
+		// The last member: nobody to give to, free them.
+		for i := range s.shards {
+			if s.named(&s.shards[i], v.self) {
+				giving = append(giving, i)
+			}
+		}
+	}
+	// A shard we stopped serving for a move that is no longer planned
+	// (the write's outcome unknown): take it back with a new token.
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if sh.giving && s.named(sh, v.self) && !slices.Contains(giving, i) && moves[i] == "" && !v.now.Before(sh.retryAt) {
+			writes = append(writes, s.takeWrite(i, v, ReasonReleased))
+		}
+	}
+	for m := range ends {
+		writes = append(writes, s.endWrite(m))
+	}
+	if len(giving) > 0 {
+		waits := s.stopServing(giving, v.now)
+		for k, i := range giving {
+			to := moves[i]
+			reason := ReasonRebalance
+			if s.leaving != "" {
+				reason = ReasonLeaving
+			}
+			if to == "" {
+				writes = append(writes, s.moveWrite(i, "", SessionRef{}, waits[k], reason, v.now))
+				continue
+			}
+			writes = append(writes, s.moveWrite(i, to, s.members[v.byID[to]].cur, waits[k], reason, v.now))
+		}
+	}
+	s.send(ctx, writes)
+	return wake
+}
+
+func mapsKeys(m map[int]string) func(func(int) bool) {
+	return func(yield func(int) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// ReasonOf is why we take sh: its holder's session ran out, or it was free.
+func ReasonOf(sh *shard, s *Set) string {
+	if holderOf(sh.obs) != "" {
+		return ReasonExpired
+	}
+	return ReasonFree
+}
+
+// named reports whether sh's Lease names our session term self.
+func (s *Set) named(sh *shard, self SessionRef) bool {
+	ref, ok := sessionOf(sh.obs)
+	return self != (SessionRef{}) && ok && ref == self && holderOf(sh.obs) == s.cfg.Identity
+}
+
+// stopServing takes shards out of what Status serves, then returns, for
+// each, the validity it had already handed out (from now), so the
+// receiver waits it out (rule 2). A shutdown with immediate handoff owes
+// none.
+func (s *Set) stopServing(idx []int, now time.Time) []time.Duration {
+	for _, i := range idx {
+		s.shards[i].giving = true
+	}
+	s.mu.Lock()
+	s.snap = s.snapshotOf(s.look(now, s.session.Status()))
+	waits := make([]time.Duration, len(idx))
+	for k, i := range idx {
+		waits[k] = max(s.handedOut[i].Sub(now), 0)
+	}
+	s.signalLocked()
+	s.mu.Unlock()
+	if s.leaving != "" && s.cfg.ShutdownHandoff == "immediate" && s.withdrawn == "" {
+		clear(waits)
+	}
+	return waits
+}
+
+func (s *Set) shardLease(i int, now time.Time) *coordinationv1.Lease {
+	sh := &s.shards[i]
+	var l *coordinationv1.Lease
+	if sh.obs != nil {
+		l = sh.obs.DeepCopy()
+	} else {
+		l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: ShardLeaseName(s.cfg.Name, i), Namespace: s.cfg.Namespace, Labels: s.shardLabels(i)}}
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	secs := int32(s.cfg.LeaseDuration / time.Second)
+	t := metav1.NewMicroTime(now)
+	l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &secs, &t, &t
+	return l
+}
+
+// nextToken is one above every count seen on shard i (1000 above after a
+// deletion found by a relist: counts may have moved unseen).
+func (s *Set) nextToken(i int) int64 {
+	sh := &s.shards[i]
+	n := max(sh.maxSeen, transitionsOf(sh.obs)) + 1
+	if sh.obs == nil && sh.unknown {
+		n += 1000
+	}
+	return n
+}
+
+func setCount(l *coordinationv1.Lease, n int64) bool {
+	if n > math.MaxInt32 {
+		return false
+	}
+	c := int32(n)
+	l.Spec.LeaseTransitions = &c
+	return true
+}
+
+func setJSON(l *coordinationv1.Lease, key string, v any) {
+	b, _ := json.Marshal(v)
+	l.Annotations[key] = string(b)
+}
+
+// takeWrite takes shard i for our term (rule 4), or re-takes our own.
+func (s *Set) takeWrite(i int, v *view, reason string) *write {
+	now := v.now
+	l := s.shardLease(i, now)
+	n := s.nextToken(i)
+	if !setCount(l, n) {
+		return &write{shard: i, what: "skip"}
+	}
+	id := s.cfg.Identity
+	l.Spec.HolderIdentity = &id
+	setJSON(l, SessionAnnotation, v.self)
+	delete(l.Annotations, MoveAnnotation)
+	s.shards[i].pending = n
+	return &write{shard: i, lease: l, create: s.shards[i].obs == nil, what: "take", reason: reason}
+}
+
+// moveWrite hands shard i (ours) to member to in term ref, or frees it
+// (to ""), with the record of rule 2.
+func (s *Set) moveWrite(i int, to string, ref SessionRef, wait time.Duration, reason string, now time.Time) *write {
+	sh := &s.shards[i]
+	l := s.shardLease(i, now)
+	if !setCount(l, s.nextToken(i)) {
+		return &write{shard: i, what: "skip"}
+	}
+	ms := int64((wait + time.Millisecond - 1) / time.Millisecond)
+	setJSON(l, MoveAnnotation, MoveRecord{From: s.cfg.Identity, Token: transitionsOf(sh.obs), WaitMs: ms, Reason: reason, Leaving: s.leaving != ""})
+	if to == "" {
+		l.Spec.HolderIdentity = nil
+		delete(l.Annotations, SessionAnnotation)
+		return &write{shard: i, lease: l, what: "free", reason: reason}
+	}
+	l.Spec.HolderIdentity = &to
+	setJSON(l, SessionAnnotation, ref)
+	return &write{shard: i, lease: l, what: "give", reason: reason, to: to}
+}
+
+// endWrite ends a member's session term that went unrenewed for a lease
+// duration (rule 4): a compare-and-swap on the version we waited on.
+func (s *Set) endWrite(m *member) *write {
+	l := m.obs.DeepCopy()
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	setJSON(l, EndedAnnotation, EndRecord{Term: transitionsOf(l), By: s.cfg.Identity})
+	l.Spec.HolderIdentity = nil
+	return &write{shard: -1, member: m, lease: l, what: "end"}
+}
+
+// send runs the writes, maxInFlight at a time, then applies their results
+// in order.
+func (s *Set) send(ctx context.Context, writes []*write) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxInFlight)
+	for _, w := range writes {
+		if w.lease == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			wctx, cancel := context.WithTimeout(ctx, s.cfg.RenewDeadline)
+			defer cancel()
+			if w.create {
+				w.got, w.err = s.leases.Create(wctx, w.lease, metav1.CreateOptions{})
+			} else {
+				w.got, w.err = s.leases.Update(wctx, w.lease, metav1.UpdateOptions{})
+			}
+		}()
+	}
+	wg.Wait()
+	now := s.clock.Now()
+	for _, w := range writes {
+		if w.lease != nil {
+			s.applied(ctx, w, now)
+		}
+	}
+}
+
+// applied records a write's outcome.
+func (s *Set) applied(ctx context.Context, w *write, now time.Time) {
+	if w.err == nil {
+		s.observe(w.got, false, false, now)
+		s.recordMove(w)
+		return
+	}
+	s.metrics.apiErrors.Inc()
+	if apierrors.IsConflict(w.err) || apierrors.IsAlreadyExists(w.err) || apierrors.IsNotFound(w.err) {
+		// Someone wrote first: read what is there now.
+		name := w.lease.Name
+		got, err := s.leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			s.observe(got, false, false, s.clock.Now())
+			return
+		case apierrors.IsNotFound(err):
+			s.observe(w.lease, true, false, s.clock.Now())
+			return
+		}
+	}
+	s.log.Info("shard set write failed; retrying after a retry period", "lease", w.lease.Name, "write", w.what, "err", w.err)
+	if w.shard >= 0 {
+		s.shards[w.shard].retryAt = now.Add(s.cfg.RetryPeriod)
+	}
+}
+
+// recordMove counts and reports a move that landed.
+func (s *Set) recordMove(w *write) {
+	switch w.what {
+	case "give", "free":
+		s.metrics.moves.WithLabelValues("out", w.reason).Inc()
+		s.event(w.got, corev1.EventTypeNormal, "%s moved shard (token %d) to %q: %s", s.cfg.Identity, transitionsOf(w.got), w.to, w.reason)
+	case "take":
+		s.metrics.moves.WithLabelValues("in", w.reason).Inc()
+		s.event(w.got, corev1.EventTypeNormal, "%s took shard (token %d): %s", s.cfg.Identity, transitionsOf(w.got), w.reason)
+	case "end":
+		s.log.Info("ended an expired member's session", "lease", w.got.Name, "holder", holderOf(w.lease))
+	}
+}
+
+func (s *Set) event(l *coordinationv1.Lease, eventType, format string, args ...any) {
+	if s.cfg.Recorder != nil && l != nil {
+		s.cfg.Recorder.Eventf(l, eventType, "ShardMoved", format, args...)
+	}
+}
+
+// release is POST /release?shard=i: hand shard i to the live member
+// holding the fewest (ourselves with a new token when alone).
+func (s *Set) release(ctx context.Context, i int) error {
+	now := s.clock.Now()
+	v := s.look(now, s.session.Status())
+	sh := &s.shards[i]
+	if !s.ours(sh, v.self, now) {
+		return ErrNotHeld
+	}
+	held := map[string]int{}
+	for _, o := range v.owner {
+		held[o]++
+	}
+	to := ""
+	for _, id := range v.members {
+		if id != s.cfg.Identity && (to == "" || held[id] < held[to]) {
+			to = id
+		}
+	}
+	var w *write
+	if to == "" {
+		sh.giving = true
+		s.stopServing(nil, now)
+		w = s.takeWrite(i, &v, ReasonReleased)
+	} else {
+		s.stopServing([]int{i}, now)
+		w = s.moveWrite(i, to, s.members[v.byID[to]].cur, 0, ReasonReleased, now)
+	}
+	s.send(ctx, []*write{w})
+	return w.err
+}

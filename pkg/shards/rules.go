@@ -1,0 +1,150 @@
+package shards
+
+import (
+	"slices"
+	"time"
+
+	"github.com/elector-sidecar/elector-sidecar/pkg/election"
+)
+
+// view is what one pass of the loop decides on.
+type view struct {
+	now     time.Time
+	self    SessionRef        // our session's current term (zero: not live)
+	members []string          // live members' identities, sorted (us included when live and staying)
+	byID    map[string]string // live identity -> its session Lease
+	owner   []string          // the live member holding each shard ("": none)
+}
+
+// selfTerm is our session's term when it is valid (rule 1).
+func (s *Set) selfTerm(st election.Status) SessionRef {
+	if !st.IsLeader {
+		return SessionRef{}
+	}
+	return SessionRef{Lease: s.sessionName, UID: st.LeaseUID, Term: st.Token}
+}
+
+// staleAt is when a member's current term has gone unrenewed for a lease
+// duration on our clock: then it may be ended (rule 4).
+func (s *Set) staleAt(m *member) time.Time {
+	return m.obsTime.Add(max(s.cfg.LeaseDuration, durationOf(m.obs)))
+}
+
+// look builds the view: who is live, who holds what.
+func (s *Set) look(now time.Time, st election.Status) view {
+	v := view{now: now, self: s.selfTerm(st), byID: map[string]string{}}
+	for name, m := range s.members {
+		if m.cur == (SessionRef{}) || m.leaving == m.cur {
+			continue
+		}
+		if name == s.sessionName {
+			if v.self != m.cur || s.leaving != "" {
+				continue
+			}
+		} else if !now.Before(s.staleAt(m)) {
+			continue
+		}
+		v.byID[holderOf(m.obs)] = name
+	}
+	for id := range v.byID {
+		v.members = append(v.members, id)
+	}
+	slices.Sort(v.members)
+	v.owner = make([]string, len(s.shards))
+	for i := range s.shards {
+		v.owner[i] = s.ownerOf(&v, &s.shards[i])
+	}
+	return v
+}
+
+// ownerOf is the live member holding sh: the one it names, in the term it
+// names, if that is the member's current live term.
+func (s *Set) ownerOf(v *view, sh *shard) string {
+	ref, ok := sessionOf(sh.obs)
+	if !ok {
+		return ""
+	}
+	id := holderOf(sh.obs)
+	name, live := v.byID[id]
+	if !live || name != ref.Lease {
+		return ""
+	}
+	if m := s.members[name]; m == nil || m.cur != ref {
+		return ""
+	}
+	return id
+}
+
+// ours reports whether we may serve sh now (rule 1 and 3), given our term.
+func (s *Set) ours(sh *shard, self SessionRef, now time.Time) bool {
+	if self == (SessionRef{}) || sh.giving || holderOf(sh.obs) != s.cfg.Identity {
+		return false
+	}
+	ref, ok := sessionOf(sh.obs)
+	return ok && ref == self && !now.Before(sh.obsTime.Add(sh.wait))
+}
+
+// takeAt is rule 4: when we may take sh, a shard no live member holds.
+// end, when set, is a session term that must be ended first (it went
+// unrenewed for a lease duration): at is then when that is allowed.
+func (s *Set) takeAt(sh *shard, now time.Time) (at time.Time, end *member) {
+	d := s.cfg.LeaseDuration
+	l := sh.obs
+	switch {
+	case l == nil && sh.deletedAt.IsZero():
+		return laterOf(now, sh.retryAt), nil // never seen: create it
+	case l == nil:
+		return laterOf(sh.deletedAt.Add(d), sh.retryAt), nil
+	case holderOf(l) == "":
+		wait := max(d, durationOf(l))
+		if r, ok := moved(sh.prev, l); ok {
+			wait = time.Duration(r.WaitMs) * time.Millisecond
+			if wait > 0 {
+				wait += s.cfg.ClockSkewMargin
+			}
+		}
+		return laterOf(sh.obsTime.Add(wait), sh.retryAt), nil
+	}
+	ref, ok := sessionOf(l)
+	if !ok {
+		return laterOf(sh.obsTime.Add(max(d, durationOf(l))), sh.retryAt), nil
+	}
+	m := s.members[ref.Lease]
+	switch {
+	case m == nil:
+		// A session we never saw since we started: over a lease
+		// duration after we first could have.
+		return laterOf(s.syncedAt.Add(d), sh.retryAt), nil
+	case m.cur == ref && ref.Lease == s.sessionName:
+		// Our own session, in a term our candidate does not (yet) hold
+		// as valid: never ended by this layer (rule 5); it renews or
+		// loses it.
+		return time.Time{}, nil
+	case m.cur == ref:
+		return laterOf(s.staleAt(m), sh.retryAt), m
+	}
+	if e, ok := m.ended[ref]; ok {
+		if e.proven {
+			return laterOf(e.at, sh.retryAt), nil
+		}
+		return laterOf(e.at.Add(e.wait), sh.retryAt), nil
+	}
+	// A term of that session we never saw: over since we first saw the
+	// Lease in another one.
+	return laterOf(m.firstObs.Add(max(d, durationOf(m.obs))), sh.retryAt), nil
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// earliest is the earlier of two wake times (zero: none).
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
