@@ -83,7 +83,9 @@ func newShardTest(t *testing.T, n int) *shardTest {
 			m.stop()
 		}
 		for _, m := range st.members {
-			<-m.done
+			if err := <-m.done; err != nil {
+				t.Errorf("%s's Run: %v", m.id, err)
+			}
 		}
 		st.mu.Lock()
 		defer st.mu.Unlock()
