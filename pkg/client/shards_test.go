@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,7 +274,6 @@ func TestWatchShardsSeesEveryChangeAndDropsAShardPastItsValidity(t *testing.T) {
 type shardRun struct {
 	started chan client.ShardToken
 	ended   chan error
-	running atomic.Int64 // fn calls running now, per shard at most 1 (checked)
 	cancel  context.CancelFunc
 	done    chan error
 }

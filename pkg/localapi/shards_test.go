@@ -216,7 +216,7 @@ func TestWithoutShardsTheShardRoutesSayNotAShardSet(t *testing.T) {
 	if rec := do(h, "POST", "/release?shard=0"); rec.Code != 400 || !strings.Contains(rec.Body.String(), "unknown query parameter") {
 		t.Fatalf("POST /release?shard=0 on a single Lease: %d %s", rec.Code, rec.Body)
 	}
-	if rec := do(h, "GET", "/leader"); rec.Code != 200 || string(rec.Body.Bytes()) != string(stdJSON(t, newLeaderResponse(&leading, appNone))) {
+	if rec := do(h, "GET", "/leader"); rec.Code != 200 || rec.Body.String() != string(stdJSON(t, newLeaderResponse(&leading, appNone))) {
 		t.Fatalf("GET /leader: %d %s", rec.Code, rec.Body)
 	}
 	if routes := h.Routes(); routes["/shards"] != "GET" || routes[shardTokenRoute] != "GET" {
