@@ -130,9 +130,11 @@ func waitBlockedBy(ctx context.Context, t *testing.T, env *pgEnv, pid int32, blo
 	}
 }
 
-// Do sends the check with fn's first statement in one pgx batch (one round
-// trip), for Exec, Query and QueryRow alike; a stale token stops that
-// statement and is Do's answer even when fn drops the statement's error.
+// Do sends the transaction's BEGIN, the check and fn's first statement in
+// one pgx batch (one round trip), for Exec, Query and QueryRow alike; a
+// stale token stops that statement and is Do's answer even when fn drops
+// the statement's error. A DB that is neither a *pgx.Conn nor a
+// *pgxpool.Pool begins alone, then sends the check with the statement.
 func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 	env := pgStart(t)
 	ctx := context.Background()
@@ -149,6 +151,7 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	fence := pgfence.New(conn)
 	tok := fencing.Token{Value: 3, LeaseUID: "a"}
+	const begin = "begin isolation level read committed"
 
 	for _, tt := range []struct {
 		name string
@@ -177,19 +180,35 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 				t.Fatal(err)
 			}
 			batches, queries := tr.get()
-			if len(batches) != 1 || len(batches[0]) != 2 || !strings.Contains(batches[0][0], "elector_fence(") || !strings.Contains(batches[0][1], "INSERT INTO pg_orders") {
-				t.Fatalf("batches %q: want one, the check then fn's first statement", batches)
+			if len(batches) != 1 || len(batches[0]) != 3 || batches[0][0] != begin || !strings.Contains(batches[0][1], "elector_fence(") || !strings.Contains(batches[0][2], "INSERT INTO pg_orders") {
+				t.Fatalf("batches %q: want one, BEGIN, the check, then fn's first statement", batches)
 			}
 			for _, q := range queries {
-				if strings.Contains(q, "elector_fence(") {
-					t.Fatalf("the check also ran alone: %q", queries)
+				if strings.Contains(q, "elector_fence(") || q == begin {
+					t.Fatalf("the check or BEGIN also ran alone: %q", queries)
 				}
 			}
 		})
 	}
 
-	// What cannot ride in a batch runs the check alone, first: a statement
-	// with its own QueryExecMode, and a function that sends nothing.
+	// Any other DB: BEGIN alone (BeginTx), then the check and the statement.
+	t.Run("a DB that only begins", func(t *testing.T) {
+		tr.reset()
+		if err := pgfence.New(beginOnly{conn}).Do(ctx, "batched", tok, "pod-a", pgInsertOrder("batched", 3, "begin only")); err != nil {
+			t.Fatal(err)
+		}
+		batches, queries := tr.get()
+		if len(batches) != 1 || len(batches[0]) != 2 || !strings.Contains(batches[0][0], "elector_fence(") || !strings.Contains(batches[0][1], "INSERT INTO pg_orders") {
+			t.Fatalf("batches %q: want one, the check then fn's first statement", batches)
+		}
+		if !slices.Equal(queries, []string{begin, "commit"}) {
+			t.Fatalf("queries %q: want BEGIN and COMMIT alone", queries)
+		}
+	})
+
+	// What cannot ride in a batch runs after the check, which goes with the
+	// BEGIN alone: a statement with its own QueryExecMode, and a function
+	// that sends nothing.
 	for _, tt := range []struct {
 		name string
 		fn   func(tx pgx.Tx) error
@@ -198,8 +217,8 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 		{"QueryExecMode argument", func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO pg_orders (resource, token, note) VALUES ('batched', 3, 'simple protocol')", pgx.QueryExecModeSimpleProtocol)
 			return err
-		}, []string{pgfence.CheckSQL, "INSERT INTO pg_orders (resource, token, note) VALUES ('batched', 3, 'simple protocol')"}},
-		{"nothing sent", func(pgx.Tx) error { return nil }, []string{pgfence.CheckSQL}},
+		}, []string{"INSERT INTO pg_orders (resource, token, note) VALUES ('batched', 3, 'simple protocol')"}},
+		{"nothing sent", func(pgx.Tx) error { return nil }, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tr.reset()
@@ -209,12 +228,12 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 			batches, queries := tr.get()
 			var got []string
 			for _, q := range queries {
-				if q != "begin isolation level read committed" && q != "commit" {
+				if q != "commit" {
 					got = append(got, q)
 				}
 			}
-			if len(batches) != 0 || !slices.Equal(got, tt.want) {
-				t.Fatalf("batches %q, queries %q: want no batch and %q", batches, queries, tt.want)
+			if len(batches) != 1 || !slices.Equal(batches[0], []string{begin, pgfence.CheckSQL}) || !slices.Equal(got, tt.want) {
+				t.Fatalf("batches %q, queries %q: want one batch of BEGIN and the check, then %q", batches, queries, tt.want)
 			}
 		})
 	}
@@ -231,10 +250,17 @@ func TestPostgresDoSendsTheCheckWithTheFirstStatement(t *testing.T) {
 	if !errors.Is(stmtErr, fencing.ErrStaleToken) {
 		t.Fatalf("fn's first statement returned %v, want the stale token", stmtErr)
 	}
-	want := []string{"exec", "query", "query, second statement", "queryrow", "queryrow, second statement", "simple protocol", "newer"}
+	want := []string{"exec", "query", "query, second statement", "queryrow", "queryrow, second statement", "begin only", "simple protocol", "newer"}
 	if got := env.pgOrders(t, "batched"); !slices.Equal(got, want) {
 		t.Fatalf("rows %q, want %q", got, want)
 	}
+}
+
+// beginOnly is a DB that is neither a *pgx.Conn nor a *pgxpool.Pool.
+type beginOnly struct{ conn *pgx.Conn }
+
+func (d beginOnly) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	return d.conn.BeginTx(ctx, opts)
 }
 
 // pgTracer records the batches and the lone queries a connection sends.

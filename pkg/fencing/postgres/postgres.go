@@ -144,7 +144,9 @@ const (
 // ErrInvalid matches bad input, found in Go before any SQL or by elector_fence().
 var ErrInvalid = errors.New("invalid postgres fence input")
 
-// DB is what the fence runs on: a *pgxpool.Pool or a *pgx.Conn.
+// DB is what the fence runs on: a *pgxpool.Pool or a *pgx.Conn (on which
+// Do sends the BEGIN with the check), or anything else that begins pgx
+// transactions.
 type DB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
@@ -224,8 +226,12 @@ func New(db DB, opts ...Option) *Fence {
 // wrote. The check rides in one round trip with fn's first Exec, Query or
 // QueryRow on tx (a pgx batch: the check, then the statement); any other
 // first use of tx (SendBatch, CopyFrom, Prepare, LargeObjects, Conn, Begin,
-// or a statement with a QueryExecMode argument) runs the check alone first,
-// and so does a fn that sends nothing.
+// Commit, or a statement with a QueryExecMode argument) runs the check
+// first without the statement, and so does a fn that sends nothing. On a
+// *pgx.Conn or a *pgxpool.Pool the transaction's BEGIN is the batch's first
+// statement (pgx.Batch.BeginTx), so a transaction of one statement takes
+// two round trips, one fewer than pgx.BeginTxFunc's; on any other DB, BEGIN
+// (BeginTx) comes first, in a round trip of its own.
 //
 // A stale token returns a *fencing.StaleTokenError (errors.Is(err,
 // fencing.ErrStaleToken)) naming the stored token: fn's first statement does
@@ -248,9 +254,7 @@ func (f *Fence) Do(ctx context.Context, resource string, tok fencing.Token, hold
 		return err
 	}
 	return f.retry(ctx, func() error {
-		return pgx.BeginTxFunc(ctx, f.db, pgx.TxOptions{IsoLevel: f.iso}, func(tx pgx.Tx) error {
-			return runFenced(ctx, tx, resource, tok, holder, fn)
-		})
+		return runFenced(ctx, f.db, pgx.TxOptions{IsoLevel: f.iso}, resource, tok, holder, fn)
 	})
 }
 

@@ -116,18 +116,16 @@ func (s *Store) Commit(ctx context.Context, version string, tok fencing.Token, v
 		return fmt.Errorf("%w: version %q is not a non-negative integer (a version from Load)", ErrInvalid, version)
 	}
 	return s.f.retry(ctx, func() error {
-		return pgx.BeginTxFunc(ctx, s.f.db, pgx.TxOptions{IsoLevel: s.f.iso}, func(tx pgx.Tx) error {
-			return runFenced(ctx, tx, s.resource, tok, s.holder, func(tx pgx.Tx) error {
-				var got int64
-				if err := tx.QueryRow(ctx, "UPDATE elector_fence SET value = $2, version = version + 1 WHERE resource = $1 RETURNING version",
-					s.resource, value).Scan(&got); err != nil {
-					return fmt.Errorf("postgres fence: commit %q: %w", s.resource, err)
-				}
-				if got != want+1 {
-					return fmt.Errorf("postgres fence: %q is at version %d, not %d: %w", s.resource, got-1, want, fencing.ErrConflict)
-				}
-				return nil
-			})
+		return runFenced(ctx, s.f.db, pgx.TxOptions{IsoLevel: s.f.iso}, s.resource, tok, s.holder, func(tx pgx.Tx) error {
+			var got int64
+			if err := tx.QueryRow(ctx, "UPDATE elector_fence SET value = $2, version = version + 1 WHERE resource = $1 RETURNING version",
+				s.resource, value).Scan(&got); err != nil {
+				return fmt.Errorf("postgres fence: commit %q: %w", s.resource, err)
+			}
+			if got != want+1 {
+				return fmt.Errorf("postgres fence: %q is at version %d, not %d: %w", s.resource, got-1, want, fencing.ErrConflict)
+			}
+			return nil
 		})
 	})
 }
