@@ -48,7 +48,7 @@ func (o *statusOptions) runSet(ctx context.Context, client kubernetes.Interface,
 			return true, err
 		}
 		if o.events > 0 {
-			return true, PrintEvents(out, set.Events, now)
+			return true, printEvents(out, set.Events, now, true)
 		}
 		return true, nil
 	case "name":
@@ -155,5 +155,5 @@ func setEvents(ctx context.Context, client kubernetes.Interface, ns string, name
 	for _, name := range names {
 		set[name] = true
 	}
-	return eventsOn(ctx, client, ns, fields.Set{"involvedObject.kind": "Lease"}, set, n)
+	return eventsOn(ctx, client, ns, fields.Set{"involvedObject.kind": "Lease"}, set, true, n)
 }

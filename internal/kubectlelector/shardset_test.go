@@ -91,9 +91,9 @@ nightly-run    pod-a    7       2s ago     15s        13s
 		args: []string{"status", "orders", "--events=2"},
 		want: setTable + `
 Events:
-  TIME      TYPE     REASON           FROM    MESSAGE
-  20s ago   Normal   LeaderElection   pod-b   shard 1 moved from pod-a to pod-b (rebalance), token 5
-  15s ago   Normal   LeaderElection   pod-a   ended the session of pod-e
+  TIME      TYPE     REASON           LEASE                 FROM    MESSAGE
+  20s ago   Normal   LeaderElection   orders-1              pod-b   shard 1 moved from pod-a to pod-b (rebalance), token 5
+  15s ago   Normal   LeaderElection   orders-member-pod-e   pod-a   ended the session of pod-e
 `,
 	}, {
 		name: "a selector that selects only the set",

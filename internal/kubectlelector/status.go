@@ -255,19 +255,29 @@ func PrintTable(out io.Writer, items []LeaseStatus, allNamespaces bool) error {
 
 // PrintEvents writes the "Events:" section of `status LEASE`.
 func PrintEvents(out io.Writer, events []LeaseEvent, now time.Time) error {
+	return printEvents(out, events, now, false)
+}
+
+// printEvents writes an "Events:" section; withLease adds the LEASE each
+// Event is on (`status SET`).
+func printEvents(out io.Writer, events []LeaseEvent, now time.Time, withLease bool) error {
 	if len(events) == 0 {
 		_, err := fmt.Fprintln(out, "\nEvents: <none>")
 		return err
 	}
 	fmt.Fprintln(out, "\nEvents:")
 	w := printers.GetNewTabWriter(out)
-	fmt.Fprintln(w, "  TIME\tTYPE\tREASON\tFROM\tMESSAGE")
+	lease := func(s string) string { return s }
+	if !withLease {
+		lease = func(string) string { return "" }
+	}
+	fmt.Fprintln(w, "  TIME\tTYPE\tREASON\t"+lease("LEASE\t")+"FROM\tMESSAGE")
 	for _, e := range events {
 		when := ago(now.Sub(e.Time.Time))
 		if e.Count > 1 {
 			when += " (x" + strconv.Itoa(int(e.Count)) + ")"
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", when, e.Type, e.Reason, orNone(e.Source), e.Message)
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s%s\t%s\n", when, e.Type, e.Reason, lease(e.Lease+"\t"), orNone(e.Source), e.Message)
 	}
 	return w.Flush()
 }
@@ -308,12 +318,12 @@ func expiresIn(s LeaseStatus) string {
 // leaseEvents returns the last n Events on the Lease, oldest first.
 func leaseEvents(ctx context.Context, client kubernetes.Interface, ns, name string, n int) ([]LeaseEvent, error) {
 	sel := fields.Set{"involvedObject.kind": "Lease", "involvedObject.name": name}
-	return eventsOn(ctx, client, ns, sel, map[string]bool{name: true}, n)
+	return eventsOn(ctx, client, ns, sel, map[string]bool{name: true}, false, n)
 }
 
 // eventsOn returns the last n Events (listed with the field selector sel) on
-// the Leases named in names, oldest first.
-func eventsOn(ctx context.Context, client kubernetes.Interface, ns string, sel fields.Set, names map[string]bool, n int) ([]LeaseEvent, error) {
+// the Leases named in names, oldest first, each naming its Lease if withLease.
+func eventsOn(ctx context.Context, client kubernetes.Interface, ns string, sel fields.Set, names map[string]bool, withLease bool, n int) ([]LeaseEvent, error) {
 	list, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel.AsSelector().String()})
 	if err != nil {
 		return nil, err
@@ -332,6 +342,9 @@ func eventsOn(ctx context.Context, client kubernetes.Interface, ns string, sel f
 			Message: e.Message,
 			Count:   e.Count,
 		})
+		if withLease {
+			out[len(out)-1].Lease = e.InvolvedObject.Name
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(&out[j].Time) })
 	if len(out) > n {

@@ -47,6 +47,9 @@ type LeaseEvent struct {
 	Source  string      `json:"source"`
 	Message string      `json:"message"`
 	Count   int32       `json:"count,omitempty"`
+	// Lease is the Lease the Event is on: set only among a shard set's
+	// Events (`status SET`), which are on several Leases.
+	Lease string `json:"lease,omitempty"`
 }
 
 // LeaseStatusList is several Leases.
