@@ -29,7 +29,9 @@ import (
 //     (the elector_fence() SQL function, sent with the caller's first
 //     statement) and runs the caller's function in the same transaction,
 //     writing one row of user data; against the same transaction (BEGIN, the
-//     same INSERT, COMMIT) without the fence.
+//     same INSERT, COMMIT) without the fence (the goals' baseline), and
+//     against it with BEGIN and the INSERT in one batch, the round trips Do
+//     makes (the fence's own cost, no goal).
 //   - redis: the fence's Lua script (Fence.Set: check, raise, SET, XADD to
 //     the history) against a plain SET of the same value.
 
@@ -61,7 +63,27 @@ type fenceTarget struct {
 	db     string
 	fenced func(ctx context.Context, writer, i int) error
 	plain  func(ctx context.Context, writer, i int) error
-	close  func()
+	// plainBatched, if set, is plain with the round trips of fenced (the
+	// fence's own cost; no goal).
+	plainBatched func(ctx context.Context, writer, i int) error
+	close        func()
+}
+
+// variantPlainBatched is the run of fenceTarget.plainBatched.
+const variantPlainBatched = "plain-batched"
+
+// variants are t's write paths in the order each repeat runs them.
+func (t *fenceTarget) variants() []fenceVariant {
+	vs := []fenceVariant{{"fenced", t.fenced}, {"plain", t.plain}}
+	if t.plainBatched != nil {
+		vs = append(vs, fenceVariant{variantPlainBatched, t.plainBatched})
+	}
+	return vs
+}
+
+type fenceVariant struct {
+	name string
+	f    func(context.Context, int, int) error
 }
 
 // fenceDBs are the section's targets: PostgreSQL with the fence's defaults
@@ -101,17 +123,14 @@ func (e *env) runFence(ctx context.Context, o *options) (*FenceResult, error) {
 			defer t.close()
 			// Warm up both paths (connections, prepared statements, the
 			// script cache) before the first measured run.
-			for _, f := range []func(context.Context, int, int) error{t.fenced, t.plain} {
-				if _, err := measureWriters(ctx, db, "warm-up", o.fenceWriters, time.Second, f); err != nil {
+			for _, v := range t.variants() {
+				if _, err := measureWriters(ctx, db, "warm-up", o.fenceWriters, time.Second, v.f); err != nil {
 					return err
 				}
 			}
 			for _, n := range res.writerCounts() {
 				for r := 0; r < o.repeats; r++ {
-					for _, v := range []struct {
-						name string
-						f    func(context.Context, int, int) error
-					}{{"fenced", t.fenced}, {"plain", t.plain}} {
+					for _, v := range t.variants() {
 						run, err := measureWriters(ctx, db, v.name, n, o.fenceDuration, v.f)
 						if err != nil {
 							return err
@@ -293,6 +312,14 @@ func (r *FenceResult) dbRows(db string, n int) []Row {
 		goalFenceP99.judge(&lat99, f99.Median, p99s.Median)
 	}
 	rows = append(rows, thr, lat50, lat99)
+	if br := get(variantPlainBatched, rps); br.N > 0 {
+		b99 := get(variantPlainBatched, p99)
+		rows = append(rows,
+			Row{Metric: fmt.Sprintf("%s, %s: writes/s, the fence's own cost (baseline: the same transaction with its BEGIN sent with the INSERT, as Do sends it with the check: the same round trips) (median; min–max)", db, who),
+				Ours: fmtRateSpread(fr), Baseline: fmtRateSpread(br), Ratio: ratio(fr.Median, br.Median)},
+			Row{Metric: fmt.Sprintf("%s, %s: p99 latency of one write against that baseline (fenced − batched plain = %s)", db, who, fmtMs(f99.Median-b99.Median)),
+				Ours: fmtMsSpread(f99), Baseline: fmtMsSpread(b99), Ratio: ratio(f99.Median, b99.Median)})
+	}
 	if fe.Max > 0 || pe.Max > 0 {
 		rows = append(rows, Row{Metric: fmt.Sprintf("%s, %s: failed writes per run (max)", db, who), Ours: fmtNum(fe.Max), Baseline: fmtNum(pe.Max)})
 	}

@@ -26,8 +26,10 @@ const benchInsert = "INSERT INTO bench_user_data (writer, seq, value) VALUES ($1
 // startPostgresTarget starts a throwaway PostgreSQL with the fence's
 // migration and a user table. Every writer has its own connection (each
 // writer is a closed loop, one transaction at a time); the fenced path is
-// Fence.Do (BEGIN; SELECT elector_fence(...) and the INSERT in one batch;
-// COMMIT), the plain path the same transaction without the check. Both
+// Fence.Do (BEGIN, SELECT elector_fence(...) and the INSERT in one batch;
+// COMMIT), the plain path the same transaction without the check as
+// pgx.BeginTxFunc sends it (BEGIN alone), the plain-batched path with BEGIN
+// and the INSERT in one batch (the fenced path's round trips). All
 // run with the fence's defaults (history on, pruned to
 // pgfence.DefaultHistoryKeep rows).
 func startPostgresTarget(ctx context.Context, dir string, writers int, history bool) (*fenceTarget, string, error) {
@@ -94,7 +96,19 @@ func startPostgresTarget(ctx context.Context, dir string, writers int, history b
 			plain: func(ctx context.Context, w, i int) error {
 				return pgx.BeginTxFunc(ctx, conns[w], pgx.TxOptions{}, func(tx pgx.Tx) error { return insert(ctx, tx, w, i) })
 			},
+			plainBatched: func(ctx context.Context, w, i int) error {
+				b := &pgx.Batch{}
+				b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted}) // Do's BEGIN
+				b.Queue(benchInsert, w, i, value)
+				br := conns[w].SendBatch(ctx, b)
+				tx := br.Tx()
+				if err := br.Close(); err != nil {
+					_ = tx.Rollback(ctx)
+					return err
+				}
+				return tx.Commit(ctx)
+			},
 			close: closeAll,
-		}, fmt.Sprintf("PostgreSQL %s at %s (synchronous_commit %[4]s, fsync %[3]s, dbserver's throwaway setting: commits are written, not flushed to disk); fenced = postgres.Fence.Do (BEGIN; SELECT elector_fence('bench', 1, uid, holder) and INSERT one row, one round trip (a pgx batch); COMMIT; history %[5]s), plain = BEGIN; the same INSERT; COMMIT; one connection per writer",
+		}, fmt.Sprintf("PostgreSQL %s at %s (synchronous_commit %[4]s, fsync %[3]s, dbserver's throwaway setting: commits are written, not flushed to disk); fenced = postgres.Fence.Do (BEGIN, SELECT elector_fence('bench', 1, uid, holder) and INSERT one row in one round trip (a pgx batch); COMMIT; history %[5]s), plain = BEGIN; the same INSERT; COMMIT (pgx.BeginTxFunc: three round trips), plain-batched = BEGIN and the same INSERT in one batch; COMMIT (two, as fenced); one connection per writer",
 			version, srv.Addr, fsync, syncCommit, map[bool]string{true: "on, default pruning", false: "off"}[history]), nil
 }

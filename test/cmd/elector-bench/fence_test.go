@@ -35,6 +35,29 @@ func TestFenceRowsJudgePostgresAgainstTheGoalAndReportRedis(t *testing.T) {
 	if got := find("postgres, 1 writer: p99").Metric; !strings.Contains(got, "fenced − plain = 200 µs") {
 		t.Errorf("p99 row %q does not state the delta", got)
 	}
+	for _, row := range rows {
+		if strings.Contains(row.Metric, "own cost") {
+			t.Errorf("a row against the batched baseline without its runs: %q", row.Metric)
+		}
+	}
+
+	// With the batched baseline's runs: a row of the fence's own cost, with
+	// no goal, next to the judged ones.
+	r.Runs = append(r.Runs, run("postgres", variantPlainBatched, 8, 625, 10), run("postgres", variantPlainBatched, 1, 1000, 1.1))
+	rows = r.rows()
+	for _, tt := range []struct{ prefix, ratio, delta string }{
+		{"postgres, 8 writers: writes/s, the fence's own cost", "0.80", ""},
+		{"postgres, 8 writers: p99 latency of one write against that baseline", "4.00", "fenced − batched plain = 30.0 ms"},
+		{"postgres, 1 writer: writes/s, the fence's own cost", "0.90", ""},
+	} {
+		row := findRow(t, rows, tt.prefix)
+		if row.Ratio != tt.ratio || row.Met != "" || row.Goal != "" || !strings.Contains(row.Metric, tt.delta) {
+			t.Errorf("%s: ratio %q goal %q met %q, want %q, no goal, %q in the metric", row.Metric, row.Ratio, row.Goal, row.Met, tt.ratio, tt.delta)
+		}
+	}
+	if row := find("postgres, 8 writers: writes/s, elector_fence()"); row.Ratio != "0.50" || row.Met != "NO" {
+		t.Errorf("the judged row changed with the batched baseline: %+v", row)
+	}
 }
 
 // findRow returns the first of rows whose metric starts with prefix, or fails the test.
