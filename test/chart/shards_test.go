@@ -1,9 +1,16 @@
 package chart
 
 import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -134,7 +141,7 @@ func checkShardSetGuard(t *testing.T, r rendered, set, sa string) {
 
 // TestShardsBadValues: what shard mode rules out fails at render time, naming the values.
 func TestShardsBadValues(t *testing.T) {
-	long := strings.Repeat("a", 230)
+	long := strings.Repeat("a", 64)
 	tests := []struct {
 		name string
 		set  []string
@@ -151,8 +158,9 @@ func TestShardsBadValues(t *testing.T) {
 			[]string{"metrics.prometheusRule.enabled=true with election.shards=4", "set metrics.prometheusRule.enabled=false"}},
 		{"with the one-leader alerts, dependency mode", []string{"election.shards=4", "workload.enabled=false", "metrics.prometheusRule.enabled=true"},
 			[]string{"metrics.prometheusRule.enabled=true with election.shards=4"}},
-		{"set name too long for its member Leases", []string{"election.shards=4", "election.leaseName=" + long},
-			[]string{"is 230 characters", "<name>-member-<pod>", "at most 229"}},
+		{"more than the sidecar takes", []string{"election.shards=10001"}, []string{"/election/shards", "maximum"}},
+		{"set name too long for the set's label", []string{"election.shards=4", "election.leaseName=" + long},
+			[]string{"is 64 characters", "label elector-sidecar.io/shard-set", "at most 63"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,13 +175,73 @@ func TestShardsBadValues(t *testing.T) {
 			}
 		})
 	}
-	// The same combinations render without shards, and a 229-character set name renders.
+	// The same combinations render without shards, a 64-character Lease name too, and a 63-character set name renders.
 	for _, set := range [][]string{
 		{"leaderLabel.enabled=true"}, {"fence.enabled=true", "fence.holderCheck.enabled=true"}, {"metrics.prometheusRule.enabled=true"},
-		{"election.shards=4", "election.leaseName=" + long[:229]}, {"election.shards=4", "fence.enabled=true"},
+		{"election.leaseName=" + long}, {"election.shards=4", "election.leaseName=" + long[:63]}, {"election.shards=4", "fence.enabled=true"},
 	} {
 		if _, err := render(t, renderOpts{Set: set}); err != nil {
 			t.Errorf("%v: %v", set, err)
 		}
+	}
+}
+
+// shardsVerdict runs the sidecar binary with --shards and --lease-name (and everything else it needs, with a
+// kubeconfig that does not exist): "" when the flags pass validation (it exits 1 on the kubeconfig), else
+// its one-line reason (exit 2).
+func shardsVerdict(t *testing.T, bin, shards, lease string) string {
+	t.Helper()
+	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
+	args := []string{"--lease-name=" + lease, "--lease-namespace=ns", "--identity=pod-0", "--kubeconfig=" + missing, "--shards=" + shards}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{} // no ELECTOR_*, POD_* or KUBECONFIG from the test's environment
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("elector-sidecar %v: %v (want exit 1 or 2)\n%s", args, err, stderr.String())
+	}
+	out := strings.TrimSpace(stderr.String())
+	switch {
+	case exit.ExitCode() == 1 && strings.Contains(out, "loading kubernetes client config"):
+		return ""
+	case exit.ExitCode() == 2 && !strings.Contains(out, "\n"):
+		return out
+	}
+	t.Fatalf("elector-sidecar %v: exit %d, want 1 (the kubeconfig) or 2 (one line)\n%s", args, exit.ExitCode(), out)
+	return ""
+}
+
+// TestChartAndBinaryAgreeOnShards: the chart renders election.shards with a Lease name exactly when the
+// sidecar binary starts with the same --shards and --lease-name, at the bounds of both (0 and 10000 shards,
+// a 63-character set name), so a release that renders never has sidecars that exit 2 in every pod.
+func TestChartAndBinaryAgreeOnShards(t *testing.T) {
+	bin := buildSidecar(t) // ./cmd/elector-sidecar of this checkout, or $ELECTOR_SIDECAR_BIN
+	name63 := strings.Repeat("s", 63)
+	tests := []struct {
+		shards, lease string
+		valid         bool
+	}{
+		{"0", "jobs", true}, {"1", "jobs", true}, {"16", "jobs", true}, {"10000", "jobs", true},
+		{"-1", "jobs", false}, {"10001", "jobs", false},
+		{"16", name63, true}, {"16", name63 + "s", false}, {"0", name63 + "s", true},
+		{"16", "jobs.v1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.shards+"/"+tt.lease, func(t *testing.T) {
+			_, err := render(t, renderOpts{Set: []string{"election.shards=" + tt.shards, "election.leaseName=" + tt.lease}})
+			chart := "renders"
+			if err != nil {
+				chart = err.Error()
+			}
+			bin := shardsVerdict(t, bin, tt.shards, tt.lease)
+			if (err == nil) != tt.valid || (bin == "") != tt.valid {
+				t.Errorf("--shards=%s --lease-name=%s: want valid=%v\nchart:   %s\nsidecar: %s", tt.shards, tt.lease, tt.valid,
+					chart, cmp.Or(bin, "starts (fails only on the missing kubeconfig)"))
+			}
+		})
 	}
 }

@@ -23,9 +23,9 @@ Included by elector-sidecar.validate.
 {{- $n := include "elector-sidecar.shards" . | int64 }}
 {{- if gt $n 0 }}
 {{- $set := include "elector-sidecar.leaseName" . }}
-{{- /* <set>-member-<16 hex digits> (pkg/shards.MemberLeaseName's fallback) must be a valid name (253). */}}
-{{- if gt (len $set) 229 }}
-{{- fail (printf "election.leaseName %q is %d characters: with election.shards the set's Leases are named <name>-<index> and <name>-member-<pod>, at most 253 characters, so the name may have at most 229" $set (len $set)) }}
+{{- /* The set's name is the value of the label elector-sidecar.io/shard-set (pkg/shards Config.Validate). */}}
+{{- if gt (len $set) 63 }}
+{{- fail (printf "election.leaseName %q is %d characters: with election.shards it names the set in the label elector-sidecar.io/shard-set of every Lease of the set, a label value of at most 63 characters" $set (len $set)) }}
 {{- end }}
 {{- if .Values.leaderLabel.enabled }}
 {{- fail (printf "leaderLabel.enabled=true with election.shards=%d: a shard set has no one leader pod to label (every pod owns some shards); set leaderLabel.enabled=false (and leaderService.enabled=false)" $n) }}
