@@ -3,9 +3,11 @@
 
 The sidecar's member holds a fair share of the set's N shards; its GET /shards
 lists the ones this pod owns, each with its own fencing token. The worker
-long-polls GET /shards?wait= (If-None-Match: the last ETag) and runs one
-thread per owned shard. Every WORKER_INTERVAL a shard's thread runs a job if
-the shard is still owned with a token valid for longer than the job takes: it
+long-polls GET /shards?wait= (If-None-Match: the last ETag; the wait at most
+30s and at most half the validity left of its shards, so a fresh expiresInMs
+comes in time) and runs one thread per owned shard. Every WORKER_INTERVAL a
+shard's thread runs a job if the shard is still owned with a token valid for
+longer than the job takes: it
 works for WORKER_WORK, then in one transaction calls the fence for the
 shard's own resource, SELECT elector_fence('<WORKER_RESOURCE>-<i>', token,
 lease_uid, holder), and inserts a row stamped with the token.
@@ -47,11 +49,16 @@ import urllib.request
 import psycopg
 
 STALE_TOKEN = "EF001"  # elector_fence()'s SQLSTATE for a stale token (pkg/fencing/postgres/migration.sql)
-POLL_WAIT = "30s"  # the long-poll's ?wait=; the sidecar answers sooner on every change (and every renew)
+MAX_WAIT = 30.0  # seconds: the long-poll's longest ?wait=; the sidecar answers sooner on every change
+
+
+LOG_LOCK = threading.Lock()
 
 
 def log(msg):
-    print(time.strftime("%H:%M:%S") + " python-shard-worker: " + msg, flush=True)
+    with LOG_LOCK:  # one line at a time from every thread
+        sys.stdout.write(time.strftime("%H:%M:%S") + " python-shard-worker: " + msg + "\n")
+        sys.stdout.flush()
 
 
 def duration(name, default):
@@ -87,11 +94,26 @@ class Owned:
         with self.lock:
             self.shards = {}
 
+    def poll_wait(self):
+        """The next long-poll's wait: at most half the validity left of any owned shard, so a
+        fresh expiresInMs comes in time even if no change wakes the long-poll."""
+        with self.lock:
+            deadlines = [d for _, d in self.shards.values()]
+        if not deadlines:
+            return MAX_WAIT
+        return min(MAX_WAIT, max(0.1, (min(deadlines) - time.monotonic()) / 2))
+
 
 class Counts:
     def __init__(self):
         self.lock = threading.Lock()
-        self.committed = self.rejected = 0
+        self.committed = self.rejected = self.jobs = 0
+
+    def job(self):
+        """The next job's number (one sequence over every shard, so a log line names one job)."""
+        with self.lock:
+            self.jobs += 1
+            return self.jobs
 
     def add(self, committed=0, rejected=0):
         with self.lock:
@@ -108,7 +130,6 @@ class ShardWorker(threading.Thread):
         self.cfg, self.owned, self.counts, self.stopping = cfg, owned, counts, stopping
         self.stop = threading.Event()  # set when the shard is no longer owned, or on shutdown
         self.resource = f"{cfg['resource']}-{index}"
-        self.jobs = 0
 
     def same(self, entry):
         return entry is not None and entry["token"] == self.token and entry["leaseUID"] == self.lease_uid
@@ -142,8 +163,7 @@ class ShardWorker(threading.Thread):
                 conn.close()
 
     def job(self, conn, left):
-        self.jobs += 1
-        n = self.jobs
+        n = self.counts.job()
         log(f"shard {self.index} job {n} started: token={self.token} expiresInMs={left * 1000:.0f}")
         if self.stop.wait(self.cfg["work"]):  # the work; a pause here can outlast the token
             why = "stopping" if self.stopping.is_set() else "the shard is no longer owned"
@@ -168,13 +188,13 @@ class ShardWorker(threading.Thread):
         log(f"shard {self.index} job {n} committed: token={self.token}")
 
 
-def poll(sidecar, etag):
-    """One long-poll of /shards: (status, body or None, etag)."""
-    req = urllib.request.Request(f"{sidecar}/shards?wait={POLL_WAIT}")
+def poll(sidecar, etag, wait):
+    """One long-poll of /shards (wait in seconds): (status, body or None, etag)."""
+    req = urllib.request.Request(f"{sidecar}/shards?wait={int(wait * 1000)}ms")
     if etag:
         req.add_header("If-None-Match", etag)
     try:
-        with urllib.request.urlopen(req, timeout=40) as resp:
+        with urllib.request.urlopen(req, timeout=wait + 10) as resp:
             return resp.status, json.load(resp), resp.headers.get("ETag")
     except urllib.error.HTTPError as e:
         if e.code == 304:
@@ -222,7 +242,7 @@ def main():
         etag = None
         while not stopping.is_set():
             try:
-                status, body, etag = poll(sidecar, etag)
+                status, body, etag = poll(sidecar, etag, owned.poll_wait())
             except (urllib.error.URLError, OSError, ValueError) as e:
                 log(f"/shards: {e}")
                 etag = None
