@@ -11,7 +11,7 @@ package main
 // renewDeadline/2, run again after a lost term) and, like it, reads its
 // token (the Lease's leaseTransitions) with one GET after acquiring.
 //
-//	GET /shards  200 {"set":"ns/name","identity":"...","shards":N,"owned":[{"index":i,"lease":"name-i","token":T},...]}
+//	GET /shards  200 {"set":"ns/name","identity":"...","shards":N,"owned":[{"index":i,"lease":"ns/name-i","token":T},...]}
 //	             with an ETag; ?wait=D with If-None-Match: a long-poll, answered as soon as
 //	             the owned shards change, or 304 after D (as elector-sidecar's /leader?wait=)
 //	GET /healthz 200
@@ -48,7 +48,7 @@ const maxShardsWait = 5 * time.Minute
 // ownedShard is one entry of GET /shards' "owned".
 type ownedShard struct {
 	Index int    `json:"index"`
-	Lease string `json:"lease"`
+	Lease string `json:"lease"` // namespace/name, as elector-sidecar's
 	Token int64  `json:"token"`
 }
 
@@ -105,7 +105,7 @@ func (t *shardTable) snapshot() (map[int]int64, string, <-chan struct{}) {
 }
 
 // serveShards is GET /shards.
-func serveShards(t *shardTable, set, identity, name string, n int) http.HandlerFunc {
+func serveShards(t *shardTable, set, identity string, n int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var wait time.Duration
 		if v := r.URL.Query().Get("wait"); v != "" {
@@ -137,7 +137,7 @@ func serveShards(t *shardTable, set, identity, name string, n int) http.HandlerF
 		}
 		body := shardsBody{Set: set, Identity: identity, Shards: n, Owned: make([]ownedShard, 0, len(owned))}
 		for i, tok := range owned {
-			body.Owned = append(body.Owned, ownedShard{Index: i, Lease: name + "-" + strconv.Itoa(i), Token: tok})
+			body.Owned = append(body.Owned, ownedShard{Index: i, Lease: set + "-" + strconv.Itoa(i), Token: tok})
 		}
 		sort.Slice(body.Owned, func(a, b int) bool { return body.Owned[a].Index < body.Owned[b].Index })
 		w.Header().Set("Content-Type", "application/json")
@@ -166,6 +166,27 @@ func runShards(ctx context.Context, o *options, client kubernetes.Interface, t *
 	logger.Printf("started %d electors, one per shard Lease %s-0 … %s-%d", o.shards, o.leaseName, o.leaseName, o.shards-1)
 	wg.Wait()
 	return nil
+}
+
+// readToken reads the Lease's leaseTransitions, the shard's token, trying
+// again until it has it or ctx ends: under 1,000 electors per process a
+// GET may time out, and a shard is not worked on without its token (the
+// single-Lease mode serves 0 then; a shard set would serve a token its
+// Lease never had).
+func readToken(ctx context.Context, client kubernetes.Interface, ns, name string) (int64, bool) {
+	for ctx.Err() == nil {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		l, err := client.CoordinationV1().Leases(ns).Get(gctx, name, metav1.GetOptions{})
+		cancel()
+		if err == nil && l.Spec.LeaseTransitions != nil {
+			return int64(*l.Spec.LeaseTransitions), true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return 0, false
 }
 
 // electorConfig is a shard's elector: the single-Lease mode's settings on lock.
@@ -204,12 +225,10 @@ func runShard(ctx context.Context, o *options, client kubernetes.Interface, t *s
 		mu.Unlock()
 		le, err := leaderelection.NewLeaderElector(electorConfig(o, lock, name, leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				var tok int64
-				gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				if l, err := client.CoordinationV1().Leases(o.namespace).Get(gctx, name, metav1.GetOptions{}); err == nil && l.Spec.LeaseTransitions != nil {
-					tok = int64(*l.Spec.LeaseTransitions)
+				tok, ok := readToken(ctx, client, o.namespace, name)
+				if !ok {
+					return // the term ended first
 				}
-				cancel()
 				mu.Lock()
 				if ctx.Err() == nil && mine == round {
 					t.set(i, tok, true)
@@ -239,7 +258,7 @@ func runShardsServer(o *options, client kubernetes.Interface, ln net.Listener, m
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
 	t := newShardTable()
-	mux.HandleFunc("GET /shards", serveShards(t, o.namespace+"/"+o.leaseName, o.identity, o.leaseName, o.shards))
+	mux.HandleFunc("GET /shards", serveShards(t, o.namespace+"/"+o.leaseName, o.identity, o.shards))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -43,14 +43,14 @@ func TestShardsListsTheLedShardsWithTheirTokensByIndex(t *testing.T) {
 	tab.set(0, 1, true)
 	tab.set(1, 3, true)
 	tab.set(1, 0, false)
-	srv := httptest.NewServer(serveShards(tab, "ns/s", "a", "s", 3))
+	srv := httptest.NewServer(serveShards(tab, "ns/s", "a", 3))
 	defer srv.Close()
 	resp, b := getShards(t, srv.URL, "")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("ETag") == "" {
 		t.Fatalf("status %d, ETag %q", resp.StatusCode, resp.Header.Get("ETag"))
 	}
 	if b.Set != "ns/s" || b.Identity != "a" || b.Shards != 3 || len(b.Owned) != 2 ||
-		b.Owned[0] != (ownedShard{Index: 0, Lease: "s-0", Token: 1}) || b.Owned[1] != (ownedShard{Index: 2, Lease: "s-2", Token: 5}) {
+		b.Owned[0] != (ownedShard{Index: 0, Lease: "ns/s-0", Token: 1}) || b.Owned[1] != (ownedShard{Index: 2, Lease: "ns/s-2", Token: 5}) {
 		t.Errorf("body %+v", b)
 	}
 	if resp, _ := getShards(t, srv.URL, resp.Header.Get("ETag")); resp.StatusCode != http.StatusNotModified {
@@ -61,7 +61,7 @@ func TestShardsListsTheLedShardsWithTheirTokensByIndex(t *testing.T) {
 func TestShardsLongPollAnswersOnTheNextChange(t *testing.T) {
 	tab := newShardTable()
 	tab.set(0, 1, true)
-	srv := httptest.NewServer(serveShards(tab, "ns/s", "a", "s", 2))
+	srv := httptest.NewServer(serveShards(tab, "ns/s", "a", 2))
 	defer srv.Close()
 	resp, _ := getShards(t, srv.URL, "")
 	etag := resp.Header.Get("ETag")
@@ -100,7 +100,7 @@ func TestShardsLongPollAnswersOnTheNextChange(t *testing.T) {
 }
 
 func TestShardsRejectsABadWaitWithAJSONError(t *testing.T) {
-	srv := httptest.NewServer(serveShards(newShardTable(), "ns/s", "a", "s", 1))
+	srv := httptest.NewServer(serveShards(newShardTable(), "ns/s", "a", 1))
 	defer srv.Close()
 	for _, q := range []string{"?wait=soon", "?wait=-1s", "?wait=6m"} {
 		resp, err := http.Get(srv.URL + q)

@@ -135,7 +135,8 @@ type ShardsKindResult struct {
 	// own and the bench's included) before the members started, and in the
 	// window.
 	WatchesBefore     float64      `json:"leaseWatchesBefore"`
-	WatchesOpen       float64      `json:"leaseWatchesInWindow"`
+	WatchesOpen       float64      `json:"leaseWatchesInWindow"` // the median of one reading a second
+	WatchesSpread     Spread       `json:"leaseWatchesInWindowSpread"`
 	APIServerFreshRSS int64        `json:"kubeApiserverFreshRssBytes"`
 	APIServer         *procUsage   `json:"kubeApiserver"`
 	Etcd              *procUsage   `json:"etcd"`
@@ -223,7 +224,7 @@ func (s *shardsRun) run(ctx context.Context, etcdPid int) error {
 	if s.ns, err = e.cp.CreateNamespace(ctx, "bench-shards"); err != nil {
 		return err
 	}
-	cw, err := e.watchAllLeases(ctx)
+	cw, err := e.watchOtherWrites(ctx, s.ns)
 	if err != nil {
 		return err
 	}

@@ -23,17 +23,22 @@ func (s *shardsRun) window(ctx context.Context, cw *clusterWatch, apiPid, etcdPi
 	for _, c := range s.members() {
 		memM = append(memM, markCPU(c.Identity(), c.Pid()))
 	}
-	if err := settle(ctx, s.so.window/2, 0); err != nil {
-		return err
+	// The open watches, every second of the window: the median (a watch
+	// the apiserver closes and its client opens again shows for a moment).
+	var counts []float64
+	for end := t0.Add(s.so.window); time.Now().Before(end); {
+		if err := settle(ctx, min(time.Second, time.Until(end)), 0); err != nil {
+			return err
+		}
+		w, err := e.leaseWatches(ctx)
+		if err != nil {
+			return err
+		}
+		counts = append(counts, w)
 	}
-	w, err := e.leaseWatches(ctx)
-	if err != nil {
-		return err
-	}
-	s.r.WatchesOpen, s.r.Watches = w, w-baseWatches
-	if err := settle(ctx, s.so.window-s.so.window/2, 0); err != nil {
-		return err
-	}
+	s.r.WatchesSpread = NewSpread(counts)
+	s.r.WatchesOpen = s.r.WatchesSpread.Median
+	s.r.Watches = s.r.WatchesOpen - baseWatches
 	s.r.APIServer, s.r.Etcd = apiM.usage(), etcdM.usage()
 	s.r.Members = &procUsage{}
 	for _, m := range memM {
@@ -191,7 +196,9 @@ func (s *shardsRun) leave(ctx context.Context, kill bool) (*ShardsPhase, error) 
 	s.progress("%s: %d of %d shards served by another member: p50 %s, p99 %s (the Leases: p99 %s)", how, p.Served, p.Held,
 		fmtMs(p.Latency.P50), fmtMs(p.Latency.P99), fmtMs(p.LeaseLatency.P99))
 	if p.Served < p.Held {
-		return p, fmt.Errorf("%s: %d of %d shards of %s not served by another member within %v: %s", how, p.Held-p.Served, p.Held, id, wait, s.describe())
+		// Shown in the table (and failing the goal), not an error: the
+		// next phase still runs.
+		s.progress("%s: %d of %d shards of %s not served by another member within %v: %s", how, p.Held-p.Served, p.Held, id, wait, s.describe())
 	}
 	return p, nil
 }

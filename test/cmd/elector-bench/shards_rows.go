@@ -137,7 +137,7 @@ func shardsRows(r *ShardsResult) []Row {
 			rss(o.APIServer), rss(b.APIServer)),
 		{Metric: n + ": kube-apiserver RSS after its restart, before the members started", Ours: fmtMiB(float64(o.APIServerFreshRSS)), Baseline: fmtMiB(float64(b.APIServerFreshRSS))},
 		{Metric: n + ": etcd CPU, s/s", Ours: cpuCell(o.Etcd), Baseline: cpuCell(b.Etcd), Ratio: ratio(cpu(o.Etcd), cpu(b.Etcd))},
-		judge(goalShardsWatches, Row{Metric: n + ": Lease watches the members hold (apiserver_longrunning_requests in the window, minus those open before they started)", Ours: watchesCell(o), Baseline: watchesCell(b)},
+		judge(goalShardsWatches, Row{Metric: n + ": Lease watches the members hold (apiserver_longrunning_requests: the window's median, read every second, minus before they started)", Ours: watchesCell(o), Baseline: watchesCell(b)},
 			nanIf(measured(o), o.Watches), members),
 		{Metric: n + ": the members' CPU s/s, RSS (summed)", Ours: hostCell(o.Members), Baseline: hostCell(b.Members), Ratio: ratio(cpu(o.Members), cpu(b.Members))},
 		{Metric: n + ": start until every shard is held and served (ours: at a fair share)", Ours: startCell(o), Baseline: startCell(b)},
@@ -153,15 +153,17 @@ func shardsRows(r *ShardsResult) []Row {
 		{"SIGTERM", o.Term, b.Term, goalShardsTerm, math.Inf(1)},
 		{"SIGKILL", o.Kill, b.Kill, goalShardsKill, leaseD},
 	} {
-		held := 0
-		if ph.o != nil {
-			held = ph.o.Held
+		held := func(p *ShardsPhase) string {
+			if p == nil {
+				return "n/a"
+			}
+			return fmt.Sprint(p.Held)
 		}
 		rows = append(rows,
-			judge(ph.goal, Row{Metric: fmt.Sprintf("%s the member holding the most (%d shards): signal -> another member's GET /shards lists the shard with a higher token, p99 over its shards", ph.how, held),
+			judge(ph.goal, Row{Metric: fmt.Sprintf("%s the member holding the most shards (ours %s, client-go %s): signal -> another member's GET /shards lists the shard with a higher token, p99 over its shards", ph.how, held(ph.o), held(ph.b)),
 				Ours: fmtPhase(ph.o, p99), Baseline: fmtPhase(ph.b, p99), Ratio: ratio(phaseMs(ph.o, p99), phaseMs(ph.b, p99))}, phaseMs(ph.o, p99), ph.goalOf),
 			Row{Metric: ph.how + ": the same, p50", Ours: fmtPhase(ph.o, p50), Baseline: fmtPhase(ph.b, p50), Ratio: ratio(phaseMs(ph.o, p50), phaseMs(ph.b, p50))},
-			Row{Metric: ph.how + ": signal -> the bench's informer sees the shard's Lease held by another member with a higher token, p50 / p99", Ours: fmtLeasePhase(ph.o), Baseline: fmtLeasePhase(ph.b)},
+			Row{Metric: ph.how + ": signal -> the bench's informer sees the shard's Lease held by another member with a higher token, p50 / p99 (n: the shards whose Lease it had seen so by the time every shard was served)", Ours: fmtLeasePhase(ph.o), Baseline: fmtLeasePhase(ph.b)},
 		)
 	}
 	if noBase {
@@ -176,7 +178,7 @@ func watchesCell(k *ShardsKindResult) string {
 	if k.WindowSeconds <= 0 {
 		return "n/a"
 	}
-	return fmt.Sprintf("%s (%s − %s)", fmtNum(k.Watches), fmtNum(k.WatchesOpen), fmtNum(k.WatchesBefore))
+	return fmt.Sprintf("%s (%s − %s; in the window %s–%s)", fmtNum(k.Watches), fmtNum(k.WatchesOpen), fmtNum(k.WatchesBefore), fmtNum(k.WatchesSpread.Min), fmtNum(k.WatchesSpread.Max))
 }
 
 func startCell(k *ShardsKindResult) string {
@@ -226,7 +228,18 @@ func joinRows(r *ShardsResult, o, b *ShardsJoin) []Row {
 		goalShardsMovedOnce.judge(&moved, float64(oj.MovedTwice), math.NaN())
 	}
 	holds := Row{Metric: from + "shards per member at the end (the new member's first)", Ours: holdsCell(oj, none), Baseline: holdsCell(bj, none)}
-	return []Row{leaseRow, servedRow, moved, holds}
+	joined := Row{Metric: from + "the new member's process start -> its session Lease seen (what the fair share is timed from)", Ours: joinedCell(oj, none), Baseline: joinedCell(bj, none)}
+	return []Row{joined, leaseRow, servedRow, moved, holds}
+}
+
+func joinedCell(j, none *ShardsJoin) string {
+	switch {
+	case j == none:
+		return "n/a"
+	case j.StartToJoinMs <= 0:
+		return "no session Lease"
+	}
+	return fmtMs(j.StartToJoinMs)
 }
 
 func movedCell(j, none *ShardsJoin) string {
