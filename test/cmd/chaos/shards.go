@@ -312,8 +312,13 @@ func (ss *shardSoak) poll(c *framework.Candidate) {
 				ss.samples[i] = append(ss.samples[i], *now[i])
 				prev[i] = true
 			case prev[i]:
+				// Not owned (a 200 without it counts as a 409), or no answer.
+				st := code
+				if st == http.StatusOK {
+					st = http.StatusConflict
+				}
 				ss.samples[i] = append(ss.samples[i], framework.Sample{Target: c.Instance,
-					TokenResult: framework.TokenResult{Status: code, Err: err, Sent: sent, Received: recv}})
+					TokenResult: framework.TokenResult{Status: st, Err: err, Sent: sent, Received: recv}})
 				prev[i] = false
 			}
 		}
