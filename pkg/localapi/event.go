@@ -78,6 +78,9 @@ func (h *Handler) encode(f *eventFrame, v *view, at time.Time) {
 	h.events.encoded.Add(1)
 }
 
+func (f *eventFrame) id() string     { return f.tag }
+func (f *eventFrame) header() []byte { return f.head }
+
 // appendTail appends the rest of f's event as written at now: expiresInMs
 // (the validity left, rounded down; absent when none is left), the closing
 // brace and the blank line that ends the event.

@@ -124,10 +124,22 @@ func (h *Handler) releaseSlot() { h.waiters.Add(-1) }
 // as the ETag no longer matches, or when wait ends (then 304 if nothing
 // changed), or when the client goes away.
 func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, match string, wait time.Duration) {
-	ch := h.el.Changed()
-	v := h.view()
+	longPollOn(h, w, r, match, wait, h.el.Changed,
+		func() *view { v := h.view(); return &v },
+		func(w http.ResponseWriter, v *view) { h.answerLeader(w, v, match) })
+}
+
+// longPollOn is the long-poll of a state read with read, whose Changed
+// channel is changed and whose answer answer writes (GET /leader's, GET
+// /shards'): at once while its ETag does not match; else it takes a waiter
+// slot and answers when the ETag changes, when wait ends, or on
+// CloseStreams, and ends with no answer when the client goes away.
+func longPollOn[S interface{ etag() string }](h *Handler, w http.ResponseWriter, r *http.Request, match string, wait time.Duration,
+	changed func() <-chan struct{}, read func() S, answer func(http.ResponseWriter, S)) {
+	ch := changed()
+	v := read()
 	if !etagMatches(match, v.etag()) {
-		h.answerLeader(w, &v, match)
+		answer(w, v)
 		return
 	}
 	if !h.acquire(w) {
@@ -144,20 +156,20 @@ func (h *Handler) longPoll(w http.ResponseWriter, r *http.Request, match string,
 	for {
 		select {
 		case <-ch:
-			ch = h.el.Changed()
-			v = h.view()
+			ch = changed()
+			v = read()
 			if etagMatches(match, v.etag()) {
 				continue
 			}
 		case <-timer.C():
-			v = h.view()
+			v = read()
 		case <-h.closing:
-			v = h.view()
+			v = read()
 		case <-r.Context().Done():
 			return
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-		h.answerLeader(w, &v, match)
+		answer(w, v)
 		return
 	}
 }
@@ -180,6 +192,26 @@ var heartbeat = []byte(": heartbeat\n\n")
 // (see the top of this file). On CloseStreams the stream ends after the
 // latest state.
 func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
+	h.serveStream(w, r, h.el.Changed, func(at time.Time) pushFrame {
+		v := h.view()
+		return h.event(&v, at)
+	})
+}
+
+// pushFrame is one event of a /watch stream, shared by every stream: its
+// id, the bytes every stream writes alike, and the rest as written at an
+// instant (the validity left then).
+type pushFrame interface {
+	id() string
+	header() []byte
+	appendTail(b []byte, now time.Time) []byte
+}
+
+// serveStream is GET /watch for a state whose Changed channel is changed
+// and whose event at an instant (read just after it) next returns: the
+// event at once (unless Last-Event-ID is its id), then one whenever the id
+// changes, a heartbeat every interval, the latest state on CloseStreams.
+func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, changed func() <-chan struct{}, next func(at time.Time) pushFrame) {
 	if _, ok := queryParams(w, r); !ok {
 		return
 	}
@@ -216,22 +248,21 @@ func (h *Handler) watch(w http.ResponseWriter, r *http.Request) {
 	last := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	ticker := h.clock.NewTicker(h.heartbeat)
 	defer ticker.Stop()
-	var tail [40]byte // `,"expiresInMs":<n>}` and the blank line
+	var tail []byte // this stream's end of each event: `,"expiresInMs":<n>}` and the blank line
 	for closed := false; ; {
-		ch := h.el.Changed()
-		at := h.clock.Now()
-		v := h.view()
-		if f := h.event(&v, at); f.tag != last {
+		ch := changed()
+		if f := next(h.clock.Now()); f.id() != last {
 			// The shared head, then this stream's tail: both go into the
 			// connection's buffer, and one flush sends them.
 			_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-			if _, err := w.Write(f.head); err != nil {
+			if _, err := w.Write(f.header()); err != nil {
 				return
 			}
-			if !write(f.appendTail(tail[:0], h.clock.Now())) {
+			tail = f.appendTail(tail[:0], h.clock.Now())
+			if !write(tail) {
 				return
 			}
-			last = f.tag
+			last = f.id()
 		}
 		if closed {
 			return

@@ -3,7 +3,6 @@ package localapi
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/api"
@@ -71,45 +70,11 @@ func fnvUint(h, n uint64) uint64 {
 }
 
 // shardsLongPoll answers GET /shards?wait= with If-None-Match as longPoll
-// answers GET /leader's: at once when the ETag does not match, else when it
-// changes, when wait ends (304) or on CloseStreams; nothing when the client
-// goes away. It takes a waiter slot while it waits.
+// answers GET /leader's.
 func (h *Handler) shardsLongPoll(w http.ResponseWriter, r *http.Request, match string, wait time.Duration) {
-	set := h.shards.set
-	ch := set.Changed()
-	v := h.shardView()
-	if !etagMatches(match, v.etag()) {
-		h.answerShards(w, &v, match)
-		return
-	}
-	if !h.acquire(w) {
-		return
-	}
-	defer h.releaseSlot()
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	timer := h.clock.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ch:
-			ch = set.Changed()
-			v = h.shardView()
-			if etagMatches(match, v.etag()) {
-				continue
-			}
-		case <-timer.C():
-			v = h.shardView()
-		case <-h.closing:
-			v = h.shardView()
-		case <-r.Context().Done():
-			return
-		}
-		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-		h.answerShards(w, &v, match)
-		return
-	}
+	longPollOn(h, w, r, match, wait, h.shards.set.Changed,
+		func() *shardView { v := h.shardView(); return &v },
+		func(w http.ResponseWriter, v *shardView) { h.answerShards(w, v, match) })
 }
 
 // shardFrame is one "shards" event, encoded once and shared by every
@@ -130,6 +95,9 @@ type shardSeg struct {
 	deadline time.Time // on h.clock
 	after    []byte
 }
+
+func (f *shardFrame) id() string     { return f.key }
+func (f *shardFrame) header() []byte { return f.head }
 
 // live reports whether every owned shard's validity is left at now.
 func (f *shardFrame) live(now time.Time) bool {
@@ -203,83 +171,15 @@ func encodeShards(f *shardFrame, v *shardView, at time.Time) {
 }
 
 // watchShards is GET /watch in shard mode: the /shards state as
-// server-sent events, the current state at once (unless Last-Event-ID is
-// its ETag), then one event whenever the ETag changes, each
+// server-sent events, written, merged and ended as watch's "leader" events
+// are, each
 //
 //	id: <ETag>
 //	event: shards
 //	data: <the /shards body on one line>
-//
-// written, merged and ended as watch's "leader" events are.
 func (h *Handler) watchShards(w http.ResponseWriter, r *http.Request) {
-	if _, ok := queryParams(w, r); !ok {
-		return
-	}
-	hdr := w.Header()
-	if r.Method == http.MethodHead {
-		hdr.Set("Content-Type", "text/event-stream")
-		hdr.Set("Cache-Control", "no-store")
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	if !h.acquire(w) {
-		return
-	}
-	defer h.releaseSlot()
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-		if len(b) > 0 {
-			if _, err := w.Write(b); err != nil {
-				return false
-			}
-		}
-		return rc.Flush() == nil
-	}
-	if !write(nil) {
-		return
-	}
-	set := h.shards.set
-	last := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
-	ticker := h.clock.NewTicker(h.heartbeat)
-	defer ticker.Stop()
-	var tail []byte
-	for closed := false; ; {
-		ch := set.Changed()
-		at := h.clock.Now()
+	h.serveStream(w, r, h.shards.set.Changed, func(at time.Time) pushFrame {
 		v := h.shardView()
-		if f := h.shardEvent(&v, at); f.key != last {
-			_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-			if _, err := w.Write(f.head); err != nil {
-				return
-			}
-			tail = f.appendTail(tail[:0], h.clock.Now())
-			if !write(tail) {
-				return
-			}
-			last = f.key
-		}
-		if closed {
-			return
-		}
-		for waiting := true; waiting; {
-			select {
-			case <-ch:
-				waiting = false
-			case <-h.closing:
-				closed, waiting = true, false
-			case <-ticker.C():
-				if !write(heartbeat) {
-					return
-				}
-			case <-r.Context().Done():
-				return
-			}
-		}
-	}
+		return h.shardEvent(&v, at)
+	})
 }
