@@ -228,6 +228,10 @@ func (h *Handler) releaseShard(w http.ResponseWriter, r *http.Request) {
 	if !discardBody(w, r) {
 		return
 	}
+	if !h.shards.set.Alive() {
+		writeError(w, http.StatusServiceUnavailable, "shard set loop is not running: nothing changed")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), ReleaseTimeout)
 	defer cancel()
 	err = h.shards.set.Release(ctx, i)
@@ -240,7 +244,7 @@ func (h *Handler) releaseShard(w http.ResponseWriter, r *http.Request) {
 		resp := api.NotShardOwnerResponse{Error: "not the owner of shard " + strconv.Itoa(i) + ": nothing to release", Index: i}
 		writeJSON(w, http.StatusConflict, append(resp.AppendJSON(make([]byte, 0, 128)), '\n'))
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, "releasing shard "+strconv.Itoa(i)+" did not finish in time: "+err.Error())
+		writeError(w, http.StatusGatewayTimeout, "releasing shard "+strconv.Itoa(i)+" did not finish within "+ReleaseTimeout.String()+" (it may still take effect): "+err.Error())
 	default:
 		writeError(w, http.StatusBadGateway, "releasing shard "+strconv.Itoa(i)+": "+err.Error())
 	}

@@ -114,7 +114,7 @@ func TestShardRoutesAnswerEveryCase(t *testing.T) {
 	tests := []struct {
 		name       string
 		status     shards.Status
-		alive      bool
+		dead       bool // the set's loop is not running
 		releaseErr error
 		method     string
 		target     string
@@ -154,21 +154,22 @@ func TestShardRoutesAnswerEveryCase(t *testing.T) {
 		{name: "release a shard past N", status: owning, releaseErr: shards.ErrNoSuchShard, method: "POST", target: "/release?shard=16", wantCode: 404,
 			wantError: "no shard 16", wantFreed: []int{16}},
 		{name: "release that times out", status: owning, releaseErr: context.DeadlineExceeded, method: "POST", target: "/release?shard=0", wantCode: 504,
-			wantError: "did not finish in time", wantFreed: []int{0}},
+			wantError: "did not finish within 10s", wantFreed: []int{0}},
 		{name: "release that fails", status: owning, releaseErr: errors.New("lease write failed"), method: "POST", target: "/release?shard=0", wantCode: 502,
 			wantError: "lease write failed", wantFreed: []int{0}},
+		{name: "release on a dead loop", status: owning, dead: true, method: "POST", target: "/release?shard=0", wantCode: 503, wantError: "nothing changed"},
 		{name: "release without shard", status: owning, method: "POST", target: "/release", wantCode: 400, wantError: "POST /release?shard=<i>"},
 		{name: "release with for", status: owning, method: "POST", target: "/release?shard=0&for=5m", wantCode: 400, wantError: "not supported by a shard set"},
 		{name: "release of a malformed shard", status: owning, method: "POST", target: "/release?shard=a", wantCode: 400, wantError: "query parameter shard"},
 		{name: "release with the shard twice", status: owning, method: "POST", target: "/release?shard=0&shard=1", wantCode: 400, wantError: "given 2 times"},
-		{name: "healthz", status: owning, alive: true, method: "GET", target: "/healthz", wantCode: 200, wantBody: HealthResponse{Status: "ok"}},
-		{name: "healthz of a dead loop", status: owning, method: "GET", target: "/healthz", wantCode: 503, wantError: "shard set loop is not running"},
-		{name: "readyz", status: owning, alive: true, method: "GET", target: "/readyz", wantCode: 200, wantBody: HealthResponse{Status: "ready"}},
-		{name: "readyz before the set is listed", status: notReady, alive: true, method: "GET", target: "/readyz", wantCode: 503, wantError: "not been listed yet"},
+		{name: "healthz", status: owning, method: "GET", target: "/healthz", wantCode: 200, wantBody: HealthResponse{Status: "ok"}},
+		{name: "healthz of a dead loop", status: owning, dead: true, method: "GET", target: "/healthz", wantCode: 503, wantError: "shard set loop is not running"},
+		{name: "readyz", status: owning, method: "GET", target: "/readyz", wantCode: 200, wantBody: HealthResponse{Status: "ready"}},
+		{name: "readyz before the set is listed", status: notReady, method: "GET", target: "/readyz", wantCode: 503, wantError: "not been listed yet"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			set := &fakeShardSet{status: tc.status, alive: tc.alive, releaseErr: tc.releaseErr}
+			set := &fakeShardSet{status: tc.status, alive: !tc.dead, releaseErr: tc.releaseErr}
 			rec := do(shardsHandler(set), tc.method, tc.target, "Accept", tc.accept)
 			if rec.Code != tc.wantCode {
 				t.Fatalf("%s %s: %d, want %d: %s", tc.method, tc.target, rec.Code, tc.wantCode, rec.Body)
