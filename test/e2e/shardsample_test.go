@@ -240,8 +240,11 @@ func (r *release) waitSettledShards(set string, n, want int, timeout time.Durati
 			last = fmt.Errorf("running pods %v (%v), want %d", pods, err, want)
 			return false, nil
 		}
-		owners, tokens, last = r.settledShards(ctx, set, n, pods)
-		return last == nil, nil
+		o, tok, err := r.settledShards(ctx, set, n, pods)
+		if err == nil || ctx.Err() == nil { // a read cut short by the deadline leaves the last real answer
+			owners, tokens, last = o, tok, err
+		}
+		return err == nil, nil
 	})
 	if err != nil {
 		r.t.Fatalf("the %d shards of %s did not settle on %d pods (one owner each, a fair share, the Leases agreeing): %v; last: %v", n, set, want, err, last)
@@ -302,18 +305,13 @@ func (r *release) watchShardSet(ctx context.Context, set string) (*setWatch, err
 			o.ResourceVersion, o.AllowWatchBookmarks = rv, true
 			w, err := leases.Watch(ctx, o)
 			if err != nil {
-				if ctx.Err() == nil {
-					sw.mu.Lock()
-					sw.err = fmt.Errorf("watch from resourceVersion %s: %w", rv, err)
-					sw.mu.Unlock()
-				}
+				sw.fail(ctx, fmt.Errorf("watch from resourceVersion %s: %w", rv, err))
 				return
 			}
 			for ev := range w.ResultChan() {
 				if ev.Type == watch.Error {
-					sw.mu.Lock()
-					sw.err = fmt.Errorf("watch from resourceVersion %s: %v", rv, apierrors.FromObject(ev.Object))
-					sw.mu.Unlock()
+					// Also how the stream ends when ctx is cancelled ("context canceled"): not a failure then.
+					sw.fail(ctx, fmt.Errorf("watch from resourceVersion %s: %v", rv, apierrors.FromObject(ev.Object)))
 					w.Stop()
 					return
 				}
@@ -330,6 +328,16 @@ func (r *release) watchShardSet(ctx context.Context, set string) (*setWatch, err
 		}
 	}()
 	return sw, nil
+}
+
+// fail records why the watch stopped, unless it stopped because ctx ended.
+func (sw *setWatch) fail(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	sw.mu.Lock()
+	sw.err = err
+	sw.mu.Unlock()
 }
 
 // snapshot returns the versions so far and the watch's error.
