@@ -175,9 +175,8 @@ func runShards(ctx context.Context, o *options, client kubernetes.Interface, t *
 // Lease never had).
 func readToken(ctx context.Context, client kubernetes.Interface, ns, name string) (int64, bool) {
 	for ctx.Err() == nil {
-		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		l, err := client.CoordinationV1().Leases(ns).Get(gctx, name, metav1.GetOptions{})
-		cancel()
+		// Bounded by the client's timeout (renewDeadline/2, as run sets it).
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil && l.Spec.LeaseTransitions != nil {
 			return int64(*l.Spec.LeaseTransitions), true
 		}

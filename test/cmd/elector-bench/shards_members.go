@@ -191,7 +191,7 @@ func (s *shardsRun) start(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if !s.waitUntil(ctx, 3*time.Minute, s.ready) {
+	if !s.waitUntil(ctx, 5*time.Minute, s.ready) {
 		return fmt.Errorf("after %v not every shard held and served once%s: %s", time.Since(t0).Round(time.Second), map[bool]string{true: " at a fair share"}[s.kind == sc], s.describe())
 	}
 	s.r.StartSeconds = time.Since(t0).Seconds()

@@ -384,29 +384,61 @@ func getShards(ctx context.Context, client *http.Client, baseURL, etag string) (
 // kube-system), which the window's counts leave out. Its field selector keeps
 // the set's Leases off it: a watch of every Lease gets client-go's ~1,000
 // writes per retry period and, read by a process niced on a loaded machine,
-// can fall behind until the apiserver closes it.
+// can fall behind until the apiserver closes it. A watch that ends (the
+// apiserver overloaded, or its timeout) is opened again from the last
+// version seen, so no write is missed.
 func (e *env) watchOtherWrites(ctx context.Context, ns string) (*clusterWatch, error) {
 	wctx, cancel := context.WithCancel(ctx)
-	timeout := int64(3600)
-	w, err := e.cp.Client.CoordinationV1().Leases("").Watch(wctx, metav1.ListOptions{TimeoutSeconds: &timeout,
-		FieldSelector: fields.OneTermNotEqualSelector("metadata.namespace", ns).String()})
+	leases := e.cp.Client.CoordinationV1().Leases("")
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermNotEqualSelector("metadata.namespace", ns).String()}
+	list, err := leases.List(wctx, opts)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("watch the Leases outside %s: %w", ns, err)
+		return nil, fmt.Errorf("list the Leases outside %s: %w", ns, err)
 	}
 	cw := &clusterWatch{cancel: cancel}
-	listed := time.Now().Add(500 * time.Millisecond) // the ADDED events of what exists come first
 	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			l, ok := ev.Object.(*coordinationv1.Lease)
-			verb := map[watch.EventType]string{watch.Added: "POST", watch.Modified: "PUT", watch.Deleted: "DELETE"}[ev.Type]
-			if !ok || verb == "" || time.Now().Before(listed) {
+		rv := list.ResourceVersion
+		for wctx.Err() == nil {
+			if rv == "" { // the version expired: go on from now
+				l, err := leases.List(wctx, opts)
+				if err != nil {
+					select {
+					case <-wctx.Done():
+					case <-time.After(200 * time.Millisecond):
+					}
+					continue
+				}
+				rv = l.ResourceVersion
+			}
+			o := opts
+			o.ResourceVersion, o.AllowWatchBookmarks = rv, true
+			w, err := leases.Watch(wctx, o)
+			if err != nil {
+				select {
+				case <-wctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
 				continue
 			}
-			cw.mu.Lock()
-			cw.events = append(cw.events, leaseEvent{at: time.Now(), namespace: l.Namespace, name: l.Name, verb: verb})
-			cw.mu.Unlock()
+			for ev := range w.ResultChan() {
+				l, ok := ev.Object.(*coordinationv1.Lease)
+				if !ok {
+					if ev.Type == watch.Error {
+						rv = ""
+					}
+					continue
+				}
+				rv = l.ResourceVersion
+				verb := map[watch.EventType]string{watch.Added: "POST", watch.Modified: "PUT", watch.Deleted: "DELETE"}[ev.Type]
+				if verb == "" {
+					continue
+				}
+				cw.mu.Lock()
+				cw.events = append(cw.events, leaseEvent{at: time.Now(), namespace: l.Namespace, name: l.Name, verb: verb})
+				cw.mu.Unlock()
+			}
+			w.Stop()
 		}
 	}()
 	return cw, nil

@@ -55,6 +55,7 @@ func (s *shardsRun) window(ctx context.Context, cw *clusterWatch, apiPid, etcdPi
 	t1 := time.Now()
 	s.r.WindowSeconds = t1.Sub(t0).Seconds()
 	other := cw.writes(t0, t1, func(ev leaseEvent) bool { return ev.namespace != s.ns })
+	s.r.OtherWrites = other
 	s.r.Requests, s.r.PerSecond = verbCounts{}, verbCounts{}
 	for k, v := range after.sub(before).sub(other) {
 		if v != 0 {
@@ -102,6 +103,7 @@ func (s *shardsRun) join(ctx context.Context) (*ShardsJoin, error) {
 		}
 		return !leaseAt.IsZero() && !servedAt.IsZero()
 	})
+	j.Serving, _, _ = s.served.counts()
 	if !leaseAt.IsZero() {
 		j.FairLeaseMs = ms(leaseAt.Sub(from))
 	}

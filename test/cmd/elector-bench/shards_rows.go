@@ -253,5 +253,5 @@ func holdsCell(j, none *ShardsJoin) string {
 	if j == none {
 		return "n/a"
 	}
-	return fmt.Sprintf("%d; %s", j.NewHolds, fmtHoldings(j.Holdings))
+	return fmt.Sprintf("%d; %s; serving when the wait ended: %s", j.NewHolds, fmtHoldings(j.Holdings), fmtHoldings(j.Serving))
 }
