@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -168,4 +169,24 @@ func (e *Elector) drainInbox() {
 			e.observe(o.lease, false)
 		}
 	}
+}
+
+// Step runs one pass of the loop in the caller's goroutine: it applies the
+// events given to WatchStore, runs every action due now and publishes
+// Status, and returns when to step again (zero: on the next event). It is
+// for deterministic simulation of a candidate with ExternalWatch (package
+// shards' tests drive many of them in one goroutine); never with Run.
+func (e *Elector) Step(ctx context.Context) time.Time {
+	e.drainInbox()
+	wake := e.process(ctx, ctx)
+	e.publish()
+	return wake
+}
+
+// StepShutdown is Run's release at shutdown, for a candidate driven by Step.
+func (e *Elector) StepShutdown(ctx context.Context) error {
+	e.drainInbox()
+	err := e.shutdownRelease(ctx)
+	e.publish()
+	return err
 }

@@ -3,8 +3,10 @@ package shards
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,7 @@ type write struct {
 	to     string
 	got    *coordinationv1.Lease
 	err    error
+	sent   time.Time
 }
 
 // act carries out our part of the plan and returns when to look again.
@@ -36,7 +39,8 @@ func (s *Set) act(ctx context.Context, v *view) (wake time.Time) {
 	moves := plan(v.members, v.owner)
 	var writes []*write
 	var giving []int
-	ends := map[*member]bool{}
+	ends := map[*member]*coordinationv1.Lease{} // the version judged unrenewed
+	reads := map[SessionRef]bool{}
 	for _, i := range slices.Sorted(mapsKeys(moves)) {
 		to, sh := moves[i], &s.shards[i]
 		switch {
@@ -48,8 +52,10 @@ func (s *Set) act(ctx context.Context, v *view) (wake time.Time) {
 			case at.IsZero():
 			case v.now.Before(at):
 				wake = earliest(wake, at)
+			case end != nil && end.obs == nil:
+				reads[end.cur] = true
 			case end != nil:
-				ends[end] = true
+				ends[end] = end.obs
 			default:
 				writes = append(writes, s.takeWrite(i, v, ReasonOf(sh, s)))
 			}
@@ -63,6 +69,24 @@ func (s *Set) act(ctx context.Context, v *view) (wake time.Time) {
 			}
 		}
 	}
+	// A shard deleted (by hand): put back at once by every member that saw
+	// it, as it was (its holder's term, judged as before), with the count
+	// 1000 above after a deletion found by a relist; its holder puts it
+	// back for itself with a new token.
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if sh.obs == nil && sh.prev != nil && !s.namedIn(sh.prev, v.self) && !v.now.Before(sh.retryAt) {
+			writes = append(writes, s.putBack(i))
+			continue
+		}
+		if sh.obs == nil && sh.prev != nil && s.namedIn(sh.prev, v.self) {
+			if at := laterOf(sh.retryAt, s.owedUntil(sh)); v.now.Before(at) {
+				wake = earliest(wake, at)
+				continue
+			}
+			writes = append(writes, s.takeWrite(i, v, ReasonFree))
+		}
+	}
 	// A shard we stopped serving for a move that is no longer planned
 	// (the write's outcome unknown): take it back with a new token.
 	for i := range s.shards {
@@ -71,7 +95,13 @@ func (s *Set) act(ctx context.Context, v *view) (wake time.Time) {
 			writes = append(writes, s.takeWrite(i, v, ReasonReleased))
 		}
 	}
-	for m := range ends {
+	for _, ref := range slices.SortedFunc(maps.Keys(reads), func(a, b SessionRef) int { return strings.Compare(a.Lease+a.UID, b.Lease+b.UID) }) {
+		s.readSession(ctx, ref)
+	}
+	for _, m := range slices.SortedFunc(maps.Keys(ends), func(a, b *member) int { return strings.Compare(a.obs.Name, b.obs.Name) }) {
+		if m.obs != ends[m] {
+			continue // a read since showed it renewed: judged again next pass
+		}
 		writes = append(writes, s.endWrite(m))
 	}
 	if len(giving) > 0 {
@@ -112,9 +142,11 @@ func ReasonOf(sh *shard, s *Set) string {
 }
 
 // named reports whether sh's Lease names our session term self.
-func (s *Set) named(sh *shard, self SessionRef) bool {
-	ref, ok := sessionOf(sh.obs)
-	return self != (SessionRef{}) && ok && ref == self && holderOf(sh.obs) == s.cfg.Identity
+func (s *Set) named(sh *shard, self SessionRef) bool { return s.namedIn(sh.obs, self) }
+
+func (s *Set) namedIn(l *coordinationv1.Lease, self SessionRef) bool {
+	ref, ok := sessionOf(l)
+	return self != (SessionRef{}) && ok && ref == self && holderOf(l) == s.cfg.Identity
 }
 
 // stopServing takes shards out of what Status serves, then returns, for
@@ -197,6 +229,22 @@ func (s *Set) takeWrite(i int, v *view, reason string) *write {
 	return &write{shard: i, lease: l, create: s.shards[i].obs == nil, what: "take", reason: reason}
 }
 
+// putBack recreates deleted shard i as last seen (no new term), so a member
+// that never saw it finds its holder and count instead of starting over.
+func (s *Set) putBack(i int) *write {
+	sh := &s.shards[i]
+	l := sh.prev.DeepCopy()
+	l.ResourceVersion, l.UID, l.ManagedFields = "", "", nil
+	n := max(sh.maxSeen, transitionsOf(l))
+	if sh.unknown {
+		n += 1000
+	}
+	if !setCount(l, n) {
+		return &write{shard: i, what: "skip"}
+	}
+	return &write{shard: i, lease: l, create: true, what: "put back"}
+}
+
 // moveWrite hands shard i (ours) to member to in term ref, or frees it
 // (to ""), with the record of rule 2.
 func (s *Set) moveWrite(i int, to string, ref SessionRef, wait time.Duration, reason string, now time.Time) *write {
@@ -205,6 +253,8 @@ func (s *Set) moveWrite(i int, to string, ref SessionRef, wait time.Duration, re
 	if !setCount(l, s.nextToken(i)) {
 		return &write{shard: i, what: "skip"}
 	}
+	// The validity a move before ours still owes is owed on (rule 2).
+	wait = max(wait, s.owedUntil(sh).Sub(now))
 	ms := int64((wait + time.Millisecond - 1) / time.Millisecond)
 	setJSON(l, MoveAnnotation, MoveRecord{From: s.cfg.Identity, Token: transitionsOf(sh.obs), WaitMs: ms, Reason: reason, Leaving: s.leaving != ""})
 	if to == "" {
@@ -220,6 +270,7 @@ func (s *Set) moveWrite(i int, to string, ref SessionRef, wait time.Duration, re
 // endWrite ends a member's session term that went unrenewed for a lease
 // duration (rule 4): a compare-and-swap on the version we waited on.
 func (s *Set) endWrite(m *member) *write {
+	s.log.Debug("ending a session term", "lease", m.obs.Name, "rv", m.obs.ResourceVersion, "unchangedFor", s.clock.Since(m.obsTime))
 	l := m.obs.DeepCopy()
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
@@ -234,21 +285,22 @@ func (s *Set) endWrite(m *member) *write {
 func (s *Set) send(ctx context.Context, writes []*write) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, maxInFlight)
+	if s.serial {
+		sem = make(chan struct{}, 1)
+	}
 	for _, w := range writes {
 		if w.lease == nil {
+			continue
+		}
+		if s.serial {
+			s.write(ctx, w)
 			continue
 		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			wctx, cancel := context.WithTimeout(ctx, s.cfg.RenewDeadline)
-			defer cancel()
-			if w.create {
-				w.got, w.err = s.leases.Create(wctx, w.lease, metav1.CreateOptions{})
-			} else {
-				w.got, w.err = s.leases.Update(wctx, w.lease, metav1.UpdateOptions{})
-			}
+			s.write(ctx, w)
 		}()
 	}
 	wg.Wait()
@@ -260,10 +312,24 @@ func (s *Set) send(ctx context.Context, writes []*write) {
 	}
 }
 
+func (s *Set) write(ctx context.Context, w *write) {
+	w.sent = s.clock.Now()
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.RenewDeadline)
+	defer cancel()
+	if w.create {
+		w.got, w.err = s.leases.Create(wctx, w.lease, metav1.CreateOptions{})
+	} else {
+		w.got, w.err = s.leases.Update(wctx, w.lease, metav1.UpdateOptions{})
+	}
+}
+
 // applied records a write's outcome.
 func (s *Set) applied(ctx context.Context, w *write, now time.Time) {
 	if w.err == nil {
 		s.observe(w.got, false, false, now)
+		if w.shard >= 0 && s.shards[w.shard].obs == w.got {
+			s.shards[w.shard].confirmed = w.sent // our write found it as we knew it
+		}
 		s.recordMove(w)
 		return
 	}
@@ -277,7 +343,8 @@ func (s *Set) applied(ctx context.Context, w *write, now time.Time) {
 			s.observe(got, false, false, s.clock.Now())
 			return
 		case apierrors.IsNotFound(err):
-			s.observe(w.lease, true, false, s.clock.Now())
+			// Deleted, its final state unknown: as a relist finds it.
+			s.observe(w.lease, true, true, s.clock.Now())
 			return
 		}
 	}
@@ -304,6 +371,36 @@ func (s *Set) recordMove(w *write) {
 func (s *Set) event(l *coordinationv1.Lease, eventType, format string, args ...any) {
 	if s.cfg.Recorder != nil && l != nil {
 		s.cfg.Recorder.Eventf(l, eventType, "ShardMoved", format, args...)
+	}
+}
+
+// readSession settles a session term we did not see (rule 4): a fresh read
+// of its Lease either shows the term (then it is judged as any other), or
+// shows that the term was over before the read, so its holder's validity
+// ends within a lease duration of it.
+func (s *Set) readSession(ctx context.Context, ref SessionRef) {
+	got, err := s.leases.Get(ctx, ref.Lease, metav1.GetOptions{})
+	now := s.clock.Now()
+	switch {
+	case err == nil:
+		s.observe(got, false, false, now)
+	case apierrors.IsNotFound(err):
+	default:
+		for i := range s.shards {
+			if r, ok := sessionOf(s.shards[i].obs); ok && r == ref {
+				s.shards[i].retryAt = now.Add(s.cfg.RetryPeriod)
+			}
+		}
+		return
+	}
+	m := s.members[ref.Lease]
+	if m == nil {
+		m = &member{ended: map[SessionRef]ending{}}
+		m.firstObs = now
+		s.members[ref.Lease] = m
+	}
+	if _, ok := m.ended[ref]; !ok && m.cur != ref {
+		m.ended[ref] = ending{at: now, wait: max(s.cfg.LeaseDuration, durationOf(got))}
 	}
 }
 

@@ -1,6 +1,7 @@
 package shards
 
 import (
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -12,7 +13,7 @@ type event struct {
 	lease   *coordinationv1.Lease
 	deleted bool
 	unknown bool // a deletion found by a relist
-	synced  bool // marker: the initial list has been queued
+	synced  bool // marker: a (re)list has been queued
 }
 
 // setStore is the reflector's store for the set's one watch: it passes
@@ -45,10 +46,9 @@ func (st *setStore) Replace(list []any, rv string) error {
 			st.put(l, true, true)
 		}
 	}
-	if !st.synced {
-		st.synced = true
-		st.s.deliver(event{synced: true})
-	}
+	// Every list marks a gap in what we saw (the initial list first).
+	st.synced = true
+	st.s.deliver(event{synced: true})
 	return st.session.Replace(list, rv)
 }
 
@@ -91,6 +91,8 @@ func (s *Set) drainInbox() {
 	for _, ev := range queue {
 		switch {
 		case ev.synced:
+			// A shard never seen may have lived and gone in the gap a
+			// list covers: its wait starts again (takeAt).
 			s.synced, s.syncedAt = true, now
 		default:
 			s.observe(ev.lease, ev.deleted, ev.unknown, now)
@@ -122,19 +124,37 @@ func (v *leaseView) see(l *coordinationv1.Lease, deleted, unknown bool, now time
 		v.firstObs = now
 	}
 	if deleted {
-		if v.obs == nil {
-			return false
+		if v.obs == nil || older(l, v.obs) {
+			return false // gone already, or an object a fresh read found replaced
 		}
-		v.prev, v.obs, v.deletedAt, v.obsTime = v.obs, nil, now, now
+		// The deleted object's final state, when the event has a newer
+		// one than we saw (it is what a put-back restores).
+		last := v.obs
+		if !unknown && l.UID == v.obs.UID && older(v.obs, l) {
+			last = l
+		}
+		v.prev, v.obs, v.deletedAt, v.obsTime = last, nil, now, now
+		v.maxSeen = max(v.maxSeen, transitionsOf(last))
 		v.unknown = v.unknown || unknown
 		return true
 	}
-	if v.obs != nil && v.obs.ResourceVersion == l.ResourceVersion {
-		return false
+	if v.obs != nil && (v.obs.ResourceVersion == l.ResourceVersion || older(l, v.obs)) {
+		return false // the same, or an event a fresh read already passed
+	}
+	if v.obs == nil || v.obs.UID != l.UID {
+		v.newAt = now
 	}
 	v.prev, v.obs, v.obsTime, v.deletedAt, v.unknown = v.obs, l, now, time.Time{}, false
 	v.maxSeen = max(v.maxSeen, transitionsOf(l))
 	return true
+}
+
+// older: l's resourceVersion is below cur's (etcd's revisions; a version
+// read with Get may arrive before the watch events it passed).
+func older(l, cur *coordinationv1.Lease) bool {
+	a, err1 := strconv.ParseInt(l.ResourceVersion, 10, 64)
+	b, err2 := strconv.ParseInt(cur.ResourceVersion, 10, 64)
+	return err1 == nil && err2 == nil && a < b
 }
 
 func (s *Set) observeShard(sh *shard, l *coordinationv1.Lease, deleted, unknown bool, now time.Time) {
@@ -142,10 +162,14 @@ func (s *Set) observeShard(sh *shard, l *coordinationv1.Lease, deleted, unknown 
 		return
 	}
 	sh.giving = false
+	sh.confirmed = time.Time{} // a new version: confirmed by our write, or by the next list
 	if deleted {
 		return
 	}
 	sh.wait = s.serveWait(sh)
+	if holderOf(l) == s.cfg.Identity {
+		s.confirmAt = time.Time{} // ours now, perhaps: confirm it at once
+	}
 	if r, ok := moved(sh.prev, l); ok && r.Leaving {
 		// Its giver leaves: no shard is planned for it in that term.
 		if ref, ok := sessionOf(sh.prev); ok {

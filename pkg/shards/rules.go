@@ -60,11 +60,15 @@ func (s *Set) look(now time.Time, st election.Status) view {
 // ownerOf is the live member holding sh: the one it names, in the term it
 // names, if that is the member's current live term.
 func (s *Set) ownerOf(v *view, sh *shard) string {
-	ref, ok := sessionOf(sh.obs)
+	l := sh.obs
+	if l == nil {
+		l = sh.prev // deleted while held: still its holder's until restored
+	}
+	ref, ok := sessionOf(l)
 	if !ok {
 		return ""
 	}
-	id := holderOf(sh.obs)
+	id := holderOf(l)
 	name, live := v.byID[id]
 	if !live || name != ref.Lease {
 		return ""
@@ -91,10 +95,21 @@ func (s *Set) takeAt(sh *shard, now time.Time) (at time.Time, end *member) {
 	d := s.cfg.LeaseDuration
 	l := sh.obs
 	switch {
-	case l == nil && sh.deletedAt.IsZero():
-		return laterOf(now, sh.retryAt), nil // never seen: create it
+	case l == nil && sh.prev == nil:
+		// Never seen: it may have just been deleted with its holder still
+		// serving, as the election waits for a Lease it never saw; in a
+		// set whose other shards exist it was deleted, and members that
+		// saw it put it back (putBack): give them longer.
+		wait := d
+		if s.anyShardSeen() {
+			wait = 3 * d
+		}
+		return laterOf(s.syncedAt.Add(wait), sh.retryAt), nil
 	case l == nil:
-		return laterOf(sh.deletedAt.Add(d), sh.retryAt), nil
+		// Deleted: whoever held it stopped serving it within a lease
+		// duration of the deletion (confirm.go); its holder puts it back
+		// for itself at once, the others (putBack) as it was.
+		return laterOf(laterOf(sh.deletedAt.Add(d), sh.retryAt), s.owedUntil(sh)), nil
 	case holderOf(l) == "":
 		wait := max(d, durationOf(l))
 		if r, ok := moved(sh.prev, l); ok {
@@ -105,33 +120,79 @@ func (s *Set) takeAt(sh *shard, now time.Time) (at time.Time, end *member) {
 		}
 		return laterOf(sh.obsTime.Add(wait), sh.retryAt), nil
 	}
+	// A moved shard also owes its giver's app the validity it still held
+	// (the record's wait, from when we saw the move), whoever holds it now.
+	owed := laterOf(sh.retryAt, s.owedUntil(sh))
+	if sh.prev == nil || sh.prev.UID != l.UID {
+		// Recreated (put back by a member that saw it deleted, or by
+		// hand): versions we never saw may owe a validity (rule 2), at
+		// most a lease duration.
+		owed = laterOf(owed, sh.newAt.Add(max(d, durationOf(l))))
+	}
+	at, end = s.heldTakeAt(sh, now)
+	if at.IsZero() {
+		return at, end
+	}
+	return laterOf(at, owed), end
+}
+
+// owedUntil is when the validity that sh's last move recorded (its
+// giver's app's) has run out on our clock (zero: none owed). Whoever takes
+// or moves the shard next waits it out, or carries it on.
+func (s *Set) owedUntil(sh *shard) time.Time {
+	l := sh.obs
+	if l == nil {
+		l = sh.prev // deleted: what it owed, from when we saw it go
+	}
+	r, ok := moveOf(l)
+	if !ok || r.WaitMs == 0 {
+		return time.Time{}
+	}
+	return sh.obsTime.Add(time.Duration(r.WaitMs)*time.Millisecond + s.cfg.ClockSkewMargin)
+}
+
+// heldTakeAt is rule 4 for a shard whose Lease names a holder: when the
+// session term it names is over on our clock.
+func (s *Set) heldTakeAt(sh *shard, now time.Time) (at time.Time, end *member) {
+	d := s.cfg.LeaseDuration
+	l := sh.obs
 	ref, ok := sessionOf(l)
 	if !ok {
-		return laterOf(sh.obsTime.Add(max(d, durationOf(l))), sh.retryAt), nil
+		return sh.obsTime.Add(max(d, durationOf(l))), nil
 	}
 	m := s.members[ref.Lease]
 	switch {
 	case m == nil:
-		// A session we never saw since we started: over a lease
-		// duration after we first could have.
-		return laterOf(s.syncedAt.Add(d), sh.retryAt), nil
+		// A session we have not seen (our watch may lag behind the shard
+		// we read): read it first (readSession).
+		return now, &member{cur: ref}
 	case m.cur == ref && ref.Lease == s.sessionName:
 		// Our own session, in a term our candidate does not (yet) hold
 		// as valid: never ended by this layer (rule 5); it renews or
 		// loses it.
 		return time.Time{}, nil
 	case m.cur == ref:
-		return laterOf(s.staleAt(m), sh.retryAt), m
+		return s.staleAt(m), m
 	}
 	if e, ok := m.ended[ref]; ok {
 		if e.proven {
-			return laterOf(e.at, sh.retryAt), nil
+			return e.at, nil
 		}
-		return laterOf(e.at.Add(e.wait), sh.retryAt), nil
+		return e.at.Add(e.wait), nil
 	}
-	// A term of that session we never saw: over since we first saw the
-	// Lease in another one.
-	return laterOf(m.firstObs.Add(max(d, durationOf(m.obs))), sh.retryAt), nil
+	// A term of that session we never saw, older or newer than what we
+	// saw: read the session first (readSession).
+	return now, &member{cur: ref}
+}
+
+// anyShardSeen: some shard Lease of the set exists as far as we know.
+func (s *Set) anyShardSeen() bool {
+	for i := range s.shards {
+		if s.shards[i].obs != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func laterOf(a, b time.Time) time.Time {

@@ -3,6 +3,8 @@ package shards
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -131,6 +133,15 @@ func (s *Set) listWatch() cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(lw, s.cfg.Client)
 }
 
+// simStep is one deterministic pass for the simulator: the watch events
+// given so far, the session's candidate, then the set (writes one by one).
+func (s *Set) simStep(ctx context.Context) time.Time {
+	s.serial = true
+	s.drainInbox()
+	wake := s.session.Step(ctx)
+	return earliest(wake, s.step(ctx))
+}
+
 // step runs one pass: look, plan, write our part, publish. It returns when
 // to look again (zero: on an event).
 func (s *Set) step(ctx context.Context) time.Time {
@@ -147,6 +158,9 @@ func (s *Set) step(ctx context.Context) time.Time {
 		v = s.look(now, s.session.Status())
 	}
 	s.cleanup(ctx, &v)
+	if ctx.Err() == nil {
+		wake = earliest(wake, s.confirm(ctx, &v))
+	}
 	wake = earliest(wake, s.publish(v))
 	if st.IsLeader {
 		wake = earliest(wake, st.ValidUntil)
@@ -154,8 +168,8 @@ func (s *Set) step(ctx context.Context) time.Time {
 	return wake
 }
 
-// cleanup deletes session Leases nobody needs any more: free (released or
-// ended) or unrenewed for two lease durations, and named by no shard. Only
+// cleanup deletes session Leases nobody needs any more: unwritten for three
+// lease durations, and named by no shard. Only
 // the first live member does it; the delete is preconditioned on the
 // version it judged.
 func (s *Set) cleanup(ctx context.Context, v *view) {
@@ -169,12 +183,16 @@ func (s *Set) cleanup(ctx context.Context, v *view) {
 		}
 	}
 	d := s.cfg.LeaseDuration
-	for name, m := range s.members {
+	for _, name := range slices.Sorted(maps.Keys(s.members)) {
+		m := s.members[name]
 		if m.obs == nil || named[name] || name == s.sessionName || v.now.Before(m.deleteAfter) {
 			continue
 		}
 		idle := v.now.Sub(m.obsTime)
-		if !(holderOf(m.obs) == "" && idle >= d || idle >= 2*max(d, durationOf(m.obs))) {
+		// A member whose term was ended takes its session back a lease
+		// duration after it sees it free: only a session idle for three
+		// is one nobody comes back to.
+		if idle < 3*max(d, durationOf(m.obs)) {
 			continue
 		}
 		uid, rv := m.obs.UID, m.obs.ResourceVersion

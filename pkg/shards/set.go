@@ -65,6 +65,7 @@ type Set struct {
 	session     *election.Elector
 	sessionName string
 
+	serial  bool // writes one at a time, in order (the simulator)
 	notify  chan struct{}
 	control chan control
 	started atomic.Bool
@@ -85,8 +86,9 @@ type Set struct {
 	syncedAt  time.Time
 	members   map[string]*member // by session Lease name
 	shards    []shard
-	leaving   string // why we leave the set ("": we stay)
-	withdrawn string // SetCandidate(false)'s reason
+	confirmAt time.Time // the next confirming list (confirm.go)
+	leaving   string    // why we leave the set ("": we stay)
+	withdrawn string    // SetCandidate(false)'s reason
 }
 
 type control struct {

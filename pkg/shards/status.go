@@ -56,6 +56,9 @@ type ownedShard struct {
 	token   int64
 	term    SessionRef
 	serveAt time.Time
+	// until: a lease duration (less the margin) after the send of the
+	// last read or write that found the Lease as we know it (confirm.go).
+	until time.Time
 }
 
 func (s *Set) snapshotOf(v view) snapshot {
@@ -67,7 +70,7 @@ func (s *Set) snapshotOf(v view) snapshot {
 		}
 		sn.owned = append(sn.owned, ownedShard{
 			index: i, lease: sh.obs.Name, uid: string(sh.obs.UID), token: transitionsOf(sh.obs),
-			term: v.self, serveAt: sh.obsTime.Add(sh.wait),
+			term: v.self, serveAt: sh.obsTime.Add(sh.wait), until: s.confirmedUntil(sh),
 		})
 	}
 	return sn
@@ -81,6 +84,9 @@ func (s *Set) publish(v view) time.Time {
 	for _, o := range sn.owned {
 		if v.now.Before(o.serveAt) {
 			wake = earliest(wake, o.serveAt)
+		}
+		if v.now.Before(o.until) {
+			wake = earliest(wake, o.until)
 		}
 	}
 	s.mu.Lock()
@@ -132,15 +138,19 @@ func (s *Set) Status() Status {
 		return out
 	}
 	for _, o := range s.snap.owned {
-		if o.term != self || now.Before(o.serveAt) {
+		until := o.until
+		if st.ValidUntil.Before(until) {
+			until = st.ValidUntil
+		}
+		if o.term != self || now.Before(o.serveAt) || !now.Before(until) {
 			continue
 		}
 		out.Owned = append(out.Owned, Owned{
 			Index: o.index, Lease: o.lease, LeaseUID: o.uid, Token: o.token,
-			ValidUntil: st.ValidUntil, ExpiresIn: st.ExpiresIn,
+			ValidUntil: until, ExpiresIn: until.Sub(now),
 		})
-		if st.ValidUntil.After(s.handedOut[o.index]) {
-			s.handedOut[o.index] = st.ValidUntil
+		if until.After(s.handedOut[o.index]) {
+			s.handedOut[o.index] = until
 		}
 	}
 	return out
@@ -155,7 +165,7 @@ func (s *Set) peek() []int {
 	defer s.mu.Unlock()
 	var out []int
 	for _, o := range s.snap.owned {
-		if self != (SessionRef{}) && o.term == self && !now.Before(o.serveAt) {
+		if self != (SessionRef{}) && o.term == self && !now.Before(o.serveAt) && now.Before(o.until) && now.Before(st.ValidUntil) {
 			out = append(out, o.index)
 		}
 	}

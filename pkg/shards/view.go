@@ -18,6 +18,9 @@ type leaseView struct {
 	deletedAt time.Time             // its deletion was seen then (zero: none since)
 	maxSeen   int64                 // the highest count seen on it
 	unknown   bool                  // a deletion found by a relist: the count may have moved unseen
+	// newAt: when we first saw the object obs is (its UID); a Lease
+	// recreated may hide versions we never saw.
+	newAt time.Time
 }
 
 // member is one session Lease.
@@ -44,10 +47,13 @@ type shard struct {
 	leaseView
 	// wait is how long after obsTime the member the version names may
 	// serve it (rule 3); meaningful only when it names our term.
-	wait    time.Duration
-	giving  bool      // we are moving it away: not served
-	pending int64     // a take of ours whose answer was lost: its token
-	retryAt time.Time // after a failed write, nothing before this
+	wait   time.Duration
+	giving bool // we are moving it away: not served
+	// confirmed: the send of the last read or write of ours that found
+	// the Lease as obs has it (confirm.go).
+	confirmed time.Time
+	pending   int64     // a take of ours whose answer was lost: its token
+	retryAt   time.Time // after a failed write, nothing before this
 }
 
 func holderOf(l *coordinationv1.Lease) string {
