@@ -17,6 +17,7 @@ import (
 
 	"github.com/elector-sidecar/elector-sidecar/internal/kubectlelector"
 	"github.com/elector-sidecar/elector-sidecar/pkg/shards"
+	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
 
 // TestKubectlElectorStatusGroupsAShardSetOnARealAPIServer: a shard set's
@@ -159,4 +160,116 @@ func TestKubectlElectorStatusGroupsAShardSetOnARealAPIServer(t *testing.T) {
 	if got := run("status", s2.Name, "-n", ns, "-o", "jsonpath={.holder} {.token}"); got != fmt.Sprintf("pod-b %d", *s2.Spec.LeaseTransitions) {
 		t.Errorf("status %s -o jsonpath printed %q: a shard Lease by name is one Lease", s2.Name, got)
 	}
+}
+
+// TestKubectlElectorStatusShowsARealShardSet: three real sidecars with
+// --shards=5 on the real API server; `kubectl elector status SET -o json`
+// shows the three live members holding every shard in fair shares (1 or 2
+// each) with valid tokens, each token the one on the shard's Lease; after a
+// SIGKILL of one member, its shards are held again, by the other two live
+// members, with higher tokens.
+func TestKubectlElectorStatusShowsARealShardSet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	plugin := pluginBinary(t)
+	ns, err := env.cp.CreateNamespace(ctx, "kshardset")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDir := filepath.Join(env.logDir, t.Name())
+	members := map[string]*framework.Candidate{}
+	for _, id := range []string{"pod-a", "pod-b", "pod-c"} {
+		c, err := framework.StartCandidate(ctx, framework.CandidateSpec{Binary: env.sidecarBin, Identity: id, LeaseName: "orders",
+			Namespace: ns, Kubeconfig: env.cp.Kubeconfig, Timings: testTimings, LogDir: logDir, ExtraArgs: []string{"--shards=5"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		members[id] = c
+		t.Cleanup(func() { c.Stop(3 * time.Second) })
+	}
+	status := func(ctx context.Context) (kubectlelector.ShardSetStatus, error) {
+		var set kubectlelector.ShardSetStatus
+		r := runCommand(t, ctx, nil, plugin, "--kubeconfig", env.cp.Kubeconfig, "status", "orders", "-n", ns, "-o", "json")
+		if r.code != 0 || r.stderr != "" {
+			return set, fmt.Errorf("%v", r)
+		}
+		return set, json.Unmarshal([]byte(r.stdout), &set)
+	}
+	// held checks that the live members are want, hold every shard with a
+	// valid token in fair shares, and that each token is its Lease's.
+	held := func(ctx context.Context, want ...string) (map[int]int64, error) {
+		set, err := status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tokens := map[int]int64{}
+		var live []string
+		lo, hi := 5/len(want), (5+len(want)-1)/len(want)
+		for _, m := range set.Members {
+			if m.State != kubectlelector.MemberLive {
+				if len(m.Shards) > 0 {
+					return nil, fmt.Errorf("%s (%s) still holds %d shards", m.Identity, m.State, len(m.Shards))
+				}
+				continue
+			}
+			live = append(live, m.Identity)
+			if n := len(m.Shards); n < lo || n > hi {
+				return nil, fmt.Errorf("%s holds %d shards, not a fair share (%d or %d)", m.Identity, n, lo, hi)
+			}
+			for _, h := range m.Shards {
+				if !h.Valid {
+					return nil, fmt.Errorf("%s's shard %d (token %d) is not valid", m.Identity, h.Index, h.Token)
+				}
+				tokens[h.Index] = h.Token
+			}
+		}
+		if !slices.Equal(live, want) || set.Shards != 5 || set.Held != 5 || len(tokens) != 5 {
+			return nil, fmt.Errorf("live members %v (want %v), %d shards, %d held, tokens %v", live, want, set.Shards, set.Held, tokens)
+		}
+		for i, tok := range tokens {
+			l, err := env.cp.GetLease(ctx, ns, shards.ShardLeaseName("orders", i))
+			if err != nil || l.Spec.LeaseTransitions == nil || int64(*l.Spec.LeaseTransitions) != tok {
+				return nil, fmt.Errorf("shard %d: status says token %d, its Lease %v (%v)", i, tok, l.Spec.LeaseTransitions, err)
+			}
+		}
+		return tokens, nil
+	}
+	var before map[int]int64
+	if err := framework.Eventually(ctx, framework.PollInterval, 2*startupTimeout, "three live members holding every shard", func(ctx context.Context) error {
+		var err error
+		before, err = held(ctx, "pod-a", "pod-b", "pod-c")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	set, err := status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed []int
+	for _, m := range set.Members {
+		if m.Identity == "pod-b" {
+			for _, h := range m.Shards {
+				killed = append(killed, h.Index)
+			}
+		}
+	}
+	if err := members["pod-b"].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.Eventually(ctx, framework.PollInterval, 2*startupTimeout, "pod-a and pod-c holding every shard", func(ctx context.Context) error {
+		after, err := held(ctx, "pod-a", "pod-c")
+		if err != nil {
+			return err
+		}
+		for _, i := range killed {
+			if after[i] <= before[i] {
+				return fmt.Errorf("pod-b's shard %d has token %d, not above %d", i, after[i], before[i])
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod-b held shards %v; after its SIGKILL the other two hold them with higher tokens", killed)
 }
