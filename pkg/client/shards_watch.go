@@ -1,16 +1,10 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/api"
@@ -110,104 +104,26 @@ func (w *shardWatcher) lastETag() string {
 // stream follows one GET /watch connection until it ends; answered is true
 // once the sidecar has sent anything.
 func (w *shardWatcher) stream(ctx context.Context) (answered bool, err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var idled atomic.Bool
-	idle := time.AfterFunc(w.c.idleTimeout, func() {
-		idled.Store(true)
-		cancel()
-	})
-	defer idle.Stop()
-	named := func(err error) error {
-		if idled.Load() {
-			return fmt.Errorf("GET /watch: nothing (no event, no heartbeat) for %v: reconnecting", w.c.idleTimeout)
+	var held *ShardSet // parsed, with more already received behind it
+	return w.c.followStream(ctx, w.lastETag(), func(ev streamEvent) error {
+		switch ev.event {
+		case api.EventLeader:
+			return fmt.Errorf("%w: GET /watch sends %q events (a single Lease); use Watch", ErrNotShardSet, ev.event)
+		case api.EventShards:
+			r, err := decodeShardsEvent(ev.data)
+			if err != nil {
+				return err
+			}
+			s := shardSetOf(&r, ev.id, ev.anchor)
+			held = &s
 		}
-		return err
-	}
-	hdr := http.Header{"Accept": {"text/event-stream"}}
-	if last := w.lastETag(); last != "" {
-		hdr.Set("Last-Event-ID", last)
-	}
-	resp, err := w.c.do(sctx, http.MethodGet, "/watch", "", hdr)
-	if err != nil {
-		return false, named(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if err := checkStatus(resp, "/watch", http.StatusOK); err != nil {
-		return false, err
-	}
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return false, fmt.Errorf("GET /watch: the answer is %q, not an event stream", ct)
-	}
-	br := bufio.NewReaderSize(resp.Body, maxBody)
-	var (
-		id, event string
-		data      []byte
-		anchor    time.Time // when the event's first line was read
-		held      *ShardSet // parsed, with more already received behind it
-	)
-	handOver := func() {
-		if held != nil && br.Buffered() == 0 {
+		return nil
+	}, func() {
+		if held != nil {
 			w.deliver(*held)
 			held = nil
 		}
-	}
-	defer func() {
-		if held != nil {
-			w.deliver(*held)
-		}
-	}()
-	for {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			if errors.Is(err, bufio.ErrBufferFull) {
-				return true, fmt.Errorf("GET /watch: a line longer than %d bytes", maxBody)
-			}
-			if errors.Is(err, io.EOF) {
-				return answered, fmt.Errorf("GET /watch: the sidecar ended the stream: %w", io.ErrUnexpectedEOF)
-			}
-			return answered, named(fmt.Errorf("GET /watch: %w", err))
-		}
-		idle.Reset(w.c.idleTimeout)
-		answered = true
-		line = bytes.TrimRight(line, "\r\n")
-		if anchor.IsZero() {
-			anchor = time.Now()
-		}
-		switch {
-		case len(line) == 0: // the end of an event: dispatch it
-			switch event {
-			case api.EventLeader:
-				return true, fmt.Errorf("%w: GET /watch sends %q events (a single Lease); use Watch", ErrNotShardSet, event)
-			case api.EventShards:
-				r, err := decodeShardsEvent(data)
-				if err != nil {
-					return true, err
-				}
-				s := shardSetOf(&r, id, anchor)
-				held = &s
-			}
-			id, event, data, anchor = "", "", data[:0], time.Time{}
-			handOver()
-		case line[0] == ':': // a comment: the heartbeat
-			anchor = time.Time{}
-			handOver()
-		default:
-			field, value, _ := strings.Cut(string(line), ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "id":
-				id = value
-			case "event":
-				event = value
-			case "data":
-				if len(data) > 0 {
-					data = append(data, '\n')
-				}
-				data = append(data, value...)
-			}
-		}
-	}
+	})
 }
 
 // take returns the pending state, if any.

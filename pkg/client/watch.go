@@ -200,21 +200,71 @@ func sameState(a, b *api.LeaderResponse) bool {
 // stream follows one GET /watch connection until it ends; answered is true
 // once the sidecar has sent anything (an event or a heartbeat).
 func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
+	var (
+		held    *received // parsed, with more already received behind it
+		heldTag string
+	)
+	return w.c.followStream(ctx, w.lastETag(), func(ev streamEvent) error {
+		if ev.event != "leader" || len(ev.data) == 0 {
+			return nil
+		}
+		var r api.LeaderResponse
+		if err := json.Unmarshal(ev.data, &r); err != nil {
+			return fmt.Errorf("GET /watch: the event's data is not the expected JSON (%w): %q", err, ev.data[:min(len(ev.data), 200)])
+		}
+		heldTag = ev.id
+		if !ev.idSet {
+			heldTag = ""
+		}
+		held = &received{r: r, until: ev.anchor} // until: the anchor, here
+		return nil
+	}, func() {
+		if held != nil {
+			w.deliver(&held.r, heldTag, held.until)
+			held = nil
+		}
+	})
+}
+
+// streamEvent is one server-sent event of GET /watch.
+type streamEvent struct {
+	id     string
+	idSet  bool // an id: line came (a sidecar always sends one)
+	event  string
+	data   []byte    // valid only during the call
+	anchor time.Time // when the event's first line was read
+}
+
+// followStream follows one GET /watch connection (with Last-Event-ID last,
+// unless "") until it ends, or the idle timeout passes with nothing read,
+// or handle returns an error; answered is true once the sidecar has sent
+// anything (an event or a heartbeat). handle gets each event as it is
+// parsed; handOver is called whenever nothing more is already received
+// behind it (after an event or a heartbeat), and at the end: events
+// already received behind one are parsed before it is handed over, so
+// only the newest of a queue is.
+func (c *Client) followStream(ctx context.Context, last string, handle func(streamEvent) error, handOver func()) (answered bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var idled atomic.Bool
-	idle := time.AfterFunc(w.c.idleTimeout, func() {
+	idle := time.AfterFunc(c.idleTimeout, func() {
 		idled.Store(true)
 		cancel()
 	})
 	defer idle.Stop()
+	named := func(err error) error {
+		if idled.Load() {
+			return fmt.Errorf("GET /watch: nothing (no event, no heartbeat) for %v: reconnecting", c.idleTimeout)
+		}
+		return err
+	}
 	hdr := http.Header{"Accept": {"text/event-stream"}}
-	if last := w.lastETag(); last != "" {
+	if last != "" {
 		hdr.Set("Last-Event-ID", last)
 	}
-	resp, err := w.c.do(sctx, http.MethodGet, "/watch", "", hdr)
+	resp, err := c.do(sctx, http.MethodGet, "/watch", "", hdr)
 	if err != nil {
-		return false, w.streamErr(err, &idled)
+		return false, named(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/watch", http.StatusOK); err != nil {
@@ -223,23 +273,8 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, fmt.Errorf("GET /watch: the answer is %q, not an event stream", ct)
 	}
-	// Events already received behind the one just parsed are read before
-	// it is handed over: only the newest of a queue reaches fn.
 	br := bufio.NewReaderSize(resp.Body, maxBody)
-	var (
-		id, event string
-		data      []byte
-		anchor    time.Time // when the event's first line was read
-		idSet     bool
-		held      *received // parsed, with more already received behind it
-		heldTag   string
-	)
-	handOver := func() {
-		if held != nil {
-			w.deliver(&held.r, heldTag, held.until)
-			held = nil
-		}
-	}
+	var ev streamEvent
 	defer handOver()
 	for {
 		line, err := br.ReadSlice('\n')
@@ -250,62 +285,44 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 			if errors.Is(err, io.EOF) {
 				return answered, fmt.Errorf("GET /watch: the sidecar ended the stream: %w", io.ErrUnexpectedEOF)
 			}
-			return answered, w.streamErr(fmt.Errorf("GET /watch: %w", err), &idled)
+			return answered, named(fmt.Errorf("GET /watch: %w", err))
 		}
-		idle.Reset(w.c.idleTimeout)
+		idle.Reset(c.idleTimeout)
 		answered = true
 		line = bytes.TrimRight(line, "\r\n")
-		if anchor.IsZero() {
-			anchor = time.Now()
+		if ev.anchor.IsZero() {
+			ev.anchor = time.Now()
 		}
-		if len(line) == 0 { // the end of an event: dispatch it
-			if event == "leader" && len(data) > 0 {
-				var r api.LeaderResponse
-				if err := json.Unmarshal(data, &r); err != nil {
-					return true, fmt.Errorf("GET /watch: the event's data is not the expected JSON (%w): %q", err, data[:min(len(data), 200)])
-				}
-				heldTag = id
-				if !idSet {
-					heldTag = ""
-				}
-				held = &received{r: r, until: anchor} // until: the anchor, here
+		switch {
+		case len(line) == 0: // the end of an event: dispatch it
+			if err := handle(ev); err != nil {
+				return true, err
 			}
-			id, event, data, idSet = "", "", data[:0], false
-			anchor = time.Time{}
+			ev = streamEvent{data: ev.data[:0]}
 			if br.Buffered() == 0 {
 				handOver()
 			}
-			continue
-		}
-		if line[0] == ':' { // a comment: the heartbeat
-			anchor = time.Time{}
+		case line[0] == ':': // a comment: the heartbeat
+			ev.anchor = time.Time{}
 			if br.Buffered() == 0 {
 				handOver()
 			}
-			continue
-		}
-		field, value, _ := strings.Cut(string(line), ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "id":
-			id, idSet = value, true
-		case "event":
-			event = value
-		case "data":
-			if len(data) > 0 {
-				data = append(data, '\n')
+		default:
+			field, value, _ := strings.Cut(string(line), ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				ev.id, ev.idSet = value, true
+			case "event":
+				ev.event = value
+			case "data":
+				if len(ev.data) > 0 {
+					ev.data = append(ev.data, '\n')
+				}
+				ev.data = append(ev.data, value...)
 			}
-			data = append(data, value...)
 		}
 	}
-}
-
-// streamErr names a stream's error caused by the idle timeout.
-func (w *watcher) streamErr(err error, idled *atomic.Bool) error {
-	if idled.Load() {
-		return fmt.Errorf("GET /watch: nothing (no event, no heartbeat) for %v: reconnecting", w.c.idleTimeout)
-	}
-	return err
 }
 
 // errNoLongPoll: the sidecar does not know GET /leader's wait=.
