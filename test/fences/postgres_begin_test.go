@@ -109,3 +109,40 @@ func TestPostgresDoReturnsThePoolConnectionOnEveryOutcome(t *testing.T) {
 		t.Fatalf("committed rows %q, want %q", got, want)
 	}
 }
+
+// On a connection that sends every statement with the simple protocol (as
+// behind a transaction-pooling PgBouncer), Do's batch of BEGIN, the check and
+// the statement is one multi-statement query: an accepted token commits the
+// statement, a stale one returns the StaleTokenError and commits nothing, and
+// the connection is usable after either.
+func TestPostgresDoOnASimpleProtocolConnection(t *testing.T) {
+	env := pgStart(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(env.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	fence := pgfence.New(conn)
+	const resource = "simple"
+	if err := fence.Do(ctx, resource, fencing.Token{Value: 2, LeaseUID: "a"}, "w", pgInsertOrder(resource, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgfence.New(env.pool).Do(ctx, resource, fencing.Token{Value: 3, LeaseUID: "b"}, "w", pgInsertOrder(resource, 3, "three")); err != nil {
+		t.Fatal(err)
+	}
+	err = fence.Do(ctx, resource, fencing.Token{Value: 2, LeaseUID: "a"}, "w", pgInsertOrder(resource, 2, "stale"))
+	pgWantStale(t, err, fencing.StaleTokenError{Token: 2, Highest: 3, LeaseUID: "a", HighestLeaseUID: "b"})
+	if err := fence.Do(ctx, resource, fencing.Token{Value: 3, LeaseUID: "b"}, "w", pgInsertOrder(resource, 3, "three again")); err != nil {
+		t.Fatalf("after a stale check on this connection: %v", err)
+	}
+	if got, want := env.pgOrders(t, resource), []string{"two", "three", "three again"}; !slices.Equal(got, want) {
+		t.Fatalf("committed rows %q, want %q", got, want)
+	}
+}
