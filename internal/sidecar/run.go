@@ -136,6 +136,9 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 	if prober != nil {
 		apiOpts = append(apiOpts, localapi.WithAppHealth(prober.Healthy))
 	}
+	if set != nil {
+		apiOpts = append(apiOpts, localapi.WithShards(set))
+	}
 	api := localapi.NewHandler(el, metrics, apiOpts...)
 	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, api)}
 	if addr := c.DiagnosticsAddress(); addr != "" {
