@@ -26,14 +26,19 @@
 //
 //  1. A member serves shard i's token only while its own session term is
 //     valid (election.Status.IsLeader), the shard's Lease as last seen names
-//     that term, and the wait of rule 3 is over. Status hands out no
-//     validity beyond the session's.
+//     that term, the wait of rule 3 is over, and for a lease duration (less
+//     the margin) after the send of its last read or write that found the
+//     Lease as it knows it (confirm.go: one list of the set's shard Leases
+//     per retry period confirms them all). Nothing else tells a holder, in
+//     bounded time, that its shard's Lease was deleted or edited by hand.
+//     Status records, per shard, the validity it handed out.
 //  2. Only the holder moves a held shard to another live member (a
 //     rebalance, its app's release, its own leaving): it stops serving the
 //     shard first, then writes the Lease (a compare-and-swap on the version
 //     it holds) naming the receiver's current session term, with the token
 //     + 1 and a MoveRecord: who gave it, its token, and WaitMs, the validity
-//     its app still held for that shard (recorded by Status, per shard).
+//     its app still held for that shard, or that a move before still owes
+//     (it is carried on).
 //  3. The receiver serves the moved shard WaitMs after it sees the move
 //     (plus the clock skew margin when WaitMs > 0), if it saw the move
 //     replace the giver's version (same UID, the giver as holder at the
@@ -42,28 +47,44 @@
 //     lease duration. Its own writes (a take, below) it serves at once.
 //  4. Any other member takes a shard (a compare-and-swap, token + 1 over
 //     every count it has seen, naming its own session term) only when the
-//     term the shard names is over on its own clock:
+//     term the shard names is over on its own clock, and after the wait a
+//     move recorded on it still owes:
 //     - it saw that session Lease unrenewed for a lease duration, and then
-//     ended the term itself with a compare-and-swap on that version (the
-//     holder cleared, EndedAnnotation naming the term): the holder's last
-//     renew is then the version it waited on, so the holder's validity,
-//     measured from that renew's send, has run out (the margin covers
-//     clock rates, as in the election); or it saw another member's end
-//     write replace that very version (same argument);
+//     ended the term itself with a compare-and-swap on that very version
+//     (the holder cleared, EndedAnnotation naming the term): the holder's
+//     last renew is then the version it waited on, so the holder's
+//     validity, measured from that renew's send, has run out (the margin
+//     covers clock rates, as in the election); or it saw another member's
+//     end write replace that term (same argument);
 //     - or it saw the session Lease leave that term in any other way (a
-//     new term, released, deleted, recreated, replaced by hand) or never
-//     saw that term at all: then it waits a lease duration from the first
-//     such sight, as the election waits for a Lease it did not see
-//     released.
+//     new term, released, deleted, recreated, replaced by hand): then it
+//     waits a lease duration from that sight, as the election waits for a
+//     Lease it did not see released;
+//     - a term it has not seen (its watch may lag behind the shard it
+//     read) is settled by a fresh read of the session Lease first: either
+//     the term is there (and judged as above), or it was over before the
+//     read, which starts the lease duration's wait.
 //     A free shard Lease is taken after the wait its MoveRecord names when
 //     seen replacing its holder's version (the last member left), else
-//     after a lease duration; one that does not exist is created at once
-//     when never seen, a lease duration after its deletion was seen, and
-//     with the count one above every count seen (1000 above after a
-//     deletion found by a relist, as the election does).
-//  5. A session term is ended (rule 4) only by a member that needs one of
-//     its shards; a member's own session is never written by this layer
-//     while it is its own term.
+//     after a lease duration. A shard Lease recreated (a new UID) is taken
+//     no earlier than a lease duration after it was seen: versions nobody
+//     saw may owe a validity.
+//  5. A deleted shard Lease is put back at once by every member that saw
+//     it (as last seen, the count 1000 above after a deletion found by a
+//     relist or a failed write; no new term), and by its holder for itself
+//     with a new token; others recreate it a lease duration after they saw
+//     the deletion, which is after its holder's last confirmation (rule 1).
+//     One never seen is created a lease duration after the member's latest
+//     list (three when other shards of the set exist: then it was deleted,
+//     and members that saw it put it back first). A member that never saw a
+//     deleted shard, and creates it before any member that saw it puts it
+//     back, starts its tokens over at 1: the one case in which a shard's
+//     token values repeat (the simulator declares it a reset, as the
+//     election's does when a Lease and everyone who saw it are gone).
+//  6. A session term is ended (rule 4) only by a member that needs one of
+//     its shards, never by this layer for its own session; the first live
+//     member deletes session Leases no shard names that were not written
+//     for three lease durations.
 //
 // Why it is safe: a token of shard i is served only inside its holder's
 // session term (rule 1). The Lease passes to another member either by the

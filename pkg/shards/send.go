@@ -104,4 +104,3 @@ func (s *Set) event(l *coordinationv1.Lease, eventType, format string, args ...a
 		s.cfg.Recorder.Eventf(l, eventType, "ShardMoved", format, args...)
 	}
 }
-
