@@ -23,12 +23,13 @@ const shardCount = 16
 // images that hack/e2e.sh built, as a user installs them; the checkout's only with ELECTOR_E2E_RELEASE_BUILD=0)
 // with 3 replicas and election.shards=16, under the shard set's lease guard, and waits until every shard has
 // one owner and every pod a fair share (5 or 6). Then a rolling update replaces every pod (helm upgrade with
-// a new pod annotation) while GET /shards is sampled from every pod with a running sidecar and the set's
-// Leases are followed with one watch. At every sample each shard has at most one pod serving a token (claims
-// of two pods only while a move is in flight: their answer windows overlap), the served tokens of each shard
-// only grow, every served token is the leaseTransitions of a version of the shard's Lease that names that
-// pod, no shard Lease is deleted and no token lowered; after the rollout every shard is owned by exactly one
-// new pod, each with a fair share, every shard moved (its token grew), and the Leases agree.
+// a new pod annotation) while GET /shards is sampled (through port-forwards) from every pod with a running
+// sidecar and the set's Leases are followed with one watch. At every sample each shard has at most one pod
+// serving a token (claims of two pods only while a move is in flight: their answer windows overlap), the
+// served tokens of each shard only grow, every served token is the leaseTransitions of a version of the
+// shard's Lease that names that pod, no shard Lease is deleted and no token lowered; after the rollout every
+// shard is owned by exactly one new pod, each with a fair share, every shard moved (its token grew), and the
+// Leases agree.
 func TestShardsRollingUpdateKeepsOneOwnerPerShardAndFairShares(t *testing.T) {
 	r := newRelease(t, "shards")
 	set := r.lease // election.leaseName unset: the full name is the set's name
@@ -72,7 +73,9 @@ election:
 	helmRun("install")
 	r.waitPodsReady(replicas, 4*time.Minute)
 	timing(t, "helm install -> 3 pods Ready", time.Since(start))
-	before, beforeTokens, oldPods := r.waitSettledShards(set, shardCount, replicas, 3*time.Minute)
+	pf := newPodForwards(r, 4040) // sidecar.httpPort
+	defer pf.close()
+	before, beforeTokens, oldPods := pf.waitSettledShards(set, shardCount, replicas, 3*time.Minute)
 	timing(t, "helm install -> 16 shards settled", time.Since(start))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -85,7 +88,9 @@ election:
 	}
 
 	// The sampler: GET /shards of every pod whose sidecar runs (terminating ones too: a member stopping
-	// still serves its shards until it hands them off), one round at a time.
+	// still serves its shards until it hands them off), one round at a time, each pod through its own
+	// port-forward (kubectl exec would start a process in the container for every read: a few rounds a minute
+	// on a loaded machine).
 	var mu sync.Mutex
 	var rounds [][]shardsAnswer
 	stop, samplerDone := make(chan struct{}), make(chan struct{})
@@ -98,7 +103,7 @@ election:
 			default:
 			}
 			if pods, err := r.sidecarPods(ctx); err == nil && len(pods) > 0 {
-				s := r.sampleShards(ctx, pods)
+				s := pf.sampleShards(ctx, pods)
 				mu.Lock()
 				rounds = append(rounds, s)
 				mu.Unlock()
@@ -106,7 +111,7 @@ election:
 			select {
 			case <-stop:
 				return
-			case <-time.After(250 * time.Millisecond): // kubectl exec shares the 2 cores with the pods
+			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}()
@@ -163,7 +168,7 @@ election:
 		t.Fatalf("rollout not finished: %v; pods: %s", err, last)
 	}
 	timing(t, "helm upgrade -> all pods replaced and Ready", time.Since(start))
-	after, afterTokens, newPods := r.waitSettledShards(set, shardCount, replicas, 3*time.Minute)
+	after, afterTokens, newPods := pf.waitSettledShards(set, shardCount, replicas, 3*time.Minute)
 	timing(t, "helm upgrade -> 16 shards settled on the new pods", time.Since(start))
 	waitRounds(3, "after the rollout settled")
 	stopSampler()

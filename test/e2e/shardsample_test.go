@@ -26,15 +26,15 @@ import (
 // The helpers of the shard set tests (shards_test.go): GET /shards read from the pods, the set's Leases
 // followed with one label-selected watch, and the checks of both.
 
-// shardsAnswer is one GET /shards of a pod, through kubectl exec (answer: the window it was produced in).
+// shardsAnswer is one GET /shards of a pod, through a port-forward (answer: the window it was produced in).
 type shardsAnswer struct {
 	answer
 	resp api.ShardsResponse
 }
 
 // shards reads GET /shards from a pod.
-func (r *release) shards(ctx context.Context, pod string) shardsAnswer {
-	a := shardsAnswer{answer: r.api(ctx, pod, "/shards")}
+func (f *podForwards) shards(ctx context.Context, pod string) shardsAnswer {
+	a := shardsAnswer{answer: f.get(ctx, pod, "/shards")}
 	if a.err == nil && a.status == 200 {
 		if err := json.Unmarshal([]byte(a.body), &a.resp); err != nil {
 			a.err = fmt.Errorf("decoding /shards %q: %v", a.body, err)
@@ -44,14 +44,14 @@ func (r *release) shards(ctx context.Context, pod string) shardsAnswer {
 }
 
 // sampleShards reads GET /shards from every pod at once.
-func (r *release) sampleShards(ctx context.Context, pods []string) []shardsAnswer {
+func (f *podForwards) sampleShards(ctx context.Context, pods []string) []shardsAnswer {
 	out := make([]shardsAnswer, len(pods))
 	var wg sync.WaitGroup
 	for i, p := range pods {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = r.shards(ctx, p)
+			out[i] = f.shards(ctx, p)
 		}()
 	}
 	wg.Wait()
@@ -177,9 +177,10 @@ func fairShare(owners map[int]string, n int, pods []string) error {
 // the same members: pods), each of the n shards is owned by exactly one of them, each pod a fair share, and
 // each shard's Lease names that pod as holder with its token as leaseTransitions. It returns the owner and
 // token of every shard.
-func (r *release) settledShards(ctx context.Context, set string, n int, pods []string) (map[int]string, map[int]int64, error) {
+func (f *podForwards) settledShards(ctx context.Context, set string, n int, pods []string) (map[int]string, map[int]int64, error) {
+	r := f.r
 	owners, tokens := map[int]string{}, map[int]int64{}
-	for _, a := range r.sampleShards(ctx, pods) {
+	for _, a := range f.sampleShards(ctx, pods) {
 		switch {
 		case a.err != nil || a.status != 200:
 			return nil, nil, fmt.Errorf("%v", a.answer)
@@ -227,7 +228,8 @@ func (r *release) settledShards(ctx context.Context, set string, n int, pods []s
 }
 
 // waitSettledShards waits for settledShards among the running pods, which must be want pods.
-func (r *release) waitSettledShards(set string, n, want int, timeout time.Duration) (map[int]string, map[int]int64, []string) {
+func (f *podForwards) waitSettledShards(set string, n, want int, timeout time.Duration) (map[int]string, map[int]int64, []string) {
+	r := f.r
 	r.t.Helper()
 	var owners map[int]string
 	var tokens map[int]int64
@@ -240,7 +242,7 @@ func (r *release) waitSettledShards(set string, n, want int, timeout time.Durati
 			last = fmt.Errorf("running pods %v (%v), want %d", pods, err, want)
 			return false, nil
 		}
-		o, tok, err := r.settledShards(ctx, set, n, pods)
+		o, tok, err := f.settledShards(ctx, set, n, pods)
 		if err == nil || ctx.Err() == nil { // a read cut short by the deadline leaves the last real answer
 			owners, tokens, last = o, tok, err
 		}
