@@ -126,11 +126,12 @@ func (f *podForwards) dial(ctx context.Context, pod string) (string, func(), err
 	}
 	done := make(chan error, 1)
 	go func() { done <- fw.ForwardPorts() }()
+	wait := func() error { return <-done }
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
 			close(stopCh)
-			_ = <-done // the forwarder's end: nothing to report once the reads are done
+			_ = wait() // the forwarder's end: nothing to report once the reads are done
 		})
 	}
 	timer := time.NewTimer(30 * time.Second)
