@@ -52,7 +52,7 @@ func (so *shardsOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&so.members, "shards-members", 3, "members of the set in the shards section (one more joins later)")
 	fs.DurationVar(&so.window, "shards-window", 30*time.Second, "steady-state window per kind in the shards section")
 	fs.DurationVar(&so.settle, "shards-settle", 10*time.Second, "wait in the shards section after every shard is served, before the window")
-	fs.DurationVar(&so.joinWait, "shards-join-wait", 30*time.Second, "how long the shards section waits for a fair share after a member joins")
+	fs.DurationVar(&so.joinWait, "shards-join-wait", time.Minute, "how long the shards section waits for ours to reach a fair share after a member joins (client-go, which does not rebalance: at most 5 retry periods)")
 }
 
 // quick is --quick's: 100 shards, 10 s window, 5 s settle (explicit flags win).
@@ -115,8 +115,10 @@ type ShardsJoin struct {
 	Holdings   map[string]int `json:"holdingsAtEnd"`
 	// Serving: the shards each member's GET /shards listed when the wait
 	// for a fair share ended.
-	Serving  map[string]int `json:"servingAtEndOfWait"`
-	NewHolds int            `json:"newMemberHolds"`
+	Serving map[string]int `json:"servingAtEndOfWait"`
+	// WaitedMs: how long the fair share was waited for (client-go: at most 5 retry periods).
+	WaitedMs float64 `json:"waitedMs"`
+	NewHolds int     `json:"newMemberHolds"`
 }
 
 // ShardsKindResult is one kind's run.
@@ -134,6 +136,9 @@ type ShardsKindResult struct {
 	// HandsChanged: shard Leases that changed hands in the window (a
 	// steady state has none).
 	HandsChanged int `json:"shardMovesInWindow"`
+	// ServedAtEnd: distinct shards the members' GET /shards listed at the
+	// window's end.
+	ServedAtEnd int `json:"servedAtEndOfWindow"`
 	// Watches: Lease watches the members held (open watches in the window
 	// minus those open before they started).
 	Watches float64 `json:"memberWatches"`

@@ -131,8 +131,11 @@ func (s *shardsRun) stopAll() {
 	s.mu.Unlock()
 }
 
-// ready reports whether every shard Lease is held by a live member and
-// every shard is served, each once; ours also at a fair share.
+// ready reports whether every shard Lease is held by a live member and,
+// for ours, every shard is served by exactly one member at a fair share.
+// client-go's are not waited for to serve: on a loaded apiserver its
+// electors lose and take terms again and again (each reads its token after
+// acquiring), so that wait may never end; the rows show how many it served.
 func (s *shardsRun) ready() bool {
 	live := s.identities()
 	cur, _ := s.leases.current()
@@ -141,15 +144,18 @@ func (s *shardsRun) ready() bool {
 	for _, id := range live {
 		held += own[id]
 	}
+	if held != s.so.shards {
+		return false
+	}
+	if s.kind == cg {
+		return true
+	}
 	counts, distinct, _ := s.served.counts()
 	total := 0
 	for _, id := range live {
 		total += counts[id]
 	}
-	if held != s.so.shards || distinct != s.so.shards || total != s.so.shards {
-		return false
-	}
-	return s.kind == cg || (fairShare(own, live, s.so.shards) && fairShare(counts, live, s.so.shards))
+	return distinct == s.so.shards && total == s.so.shards && fairShare(own, live, s.so.shards) && fairShare(counts, live, s.so.shards)
 }
 
 // waitUntil waits for cond, re-checked on every Lease change and every
@@ -192,10 +198,10 @@ func (s *shardsRun) start(ctx context.Context) error {
 		return err
 	}
 	if !s.waitUntil(ctx, 5*time.Minute, s.ready) {
-		return fmt.Errorf("after %v not every shard held and served once%s: %s", time.Since(t0).Round(time.Second), map[bool]string{true: " at a fair share"}[s.kind == sc], s.describe())
+		return fmt.Errorf("after %v not every shard held%s: %s", time.Since(t0).Round(time.Second), map[bool]string{true: " and served once at a fair share"}[s.kind == sc], s.describe())
 	}
 	s.r.StartSeconds = time.Since(t0).Seconds()
-	s.progress("every shard held and served after %.1f s: %s", s.r.StartSeconds, s.describe())
+	s.progress("ready after %.1f s: %s", s.r.StartSeconds, s.describe())
 	return nil
 }
 

@@ -67,6 +67,7 @@ func (s *shardsRun) window(ctx context.Context, cw *clusterWatch, apiPid, etcdPi
 	for _, n := range s.leases.moves(t0) {
 		s.r.HandsChanged += n
 	}
+	_, s.r.ServedAtEnd, _ = s.served.counts()
 	s.progress("%s req/s (%s), %.1f writes per retry period; apiserver %s; %.0f member watches; %d shard moves in the window",
 		fmtNum(s.r.PerSecond.total()), s.r.PerSecond, s.r.Writes/(s.r.WindowSeconds/s.t.RetryPeriod.Seconds()), fmtUsage(s.r.APIServer), s.r.Watches, s.r.HandsChanged)
 	return nil
@@ -92,7 +93,13 @@ func (s *shardsRun) join(ctx context.Context) (*ShardsJoin, error) {
 	}
 	live := s.identities()
 	var leaseAt, servedAt time.Time
-	s.waitUntil(ctx, time.Until(from.Add(s.so.joinWait)), func() bool {
+	wait := s.so.joinWait
+	if s.kind == cg {
+		// client-go does not rebalance: 5 retry periods show it.
+		wait = min(wait, 5*s.t.RetryPeriod)
+	}
+	j.WaitedMs = ms(wait)
+	s.waitUntil(ctx, time.Until(from.Add(wait)), func() bool {
 		cur, _ := s.leases.current()
 		if leaseAt.IsZero() && fairShare(holdings(cur), live, s.so.shards) {
 			leaseAt = time.Now()

@@ -131,6 +131,7 @@ func shardsRows(r *ShardsResult) []Row {
 		{Metric: n + ": steady state, Lease requests per retry period, all verbs", Ours: num(o, oa), Baseline: num(b, ba), Ratio: ratio(oa, ba)},
 		{Metric: n + ": by verb, req/s (apiserver_request_total, minus other namespaces' Lease writes)", Ours: o.PerSecond.String(), Baseline: b.PerSecond.String()},
 		{Metric: n + ": shard Leases that changed hands in the window", Ours: num(o, float64(o.HandsChanged)), Baseline: num(b, float64(b.HandsChanged))},
+		{Metric: n + ": shards served at the window's end (distinct, in the members' GET /shards)", Ours: num(o, float64(o.ServedAtEnd)), Baseline: num(b, float64(b.ServedAtEnd))},
 		judge(goalShardsCPU, Row{Metric: n + ": kube-apiserver CPU, s/s", Ours: cpuCell(o.APIServer), Baseline: cpuCell(b.APIServer), Ratio: ratio(cpu(o.APIServer), cpu(b.APIServer))},
 			cpu(o.APIServer), cpu(b.APIServer)),
 		judge(goalShardsRSS, Row{Metric: n + ": kube-apiserver RSS at the end of the window", Ours: rssCell(o.APIServer), Baseline: rssCell(b.APIServer), Ratio: ratio(rss(o.APIServer), rss(b.APIServer))},
@@ -207,7 +208,7 @@ func joinRows(r *ShardsResult, o, b *ShardsJoin) []Row {
 		case j == none:
 			return "n/a"
 		case v < 0:
-			return "not reached"
+			return fmt.Sprintf("not within %s", fmtMs(j.WaitedMs))
 		}
 		return fmtMs(v) + " (from " + j.JoinedFrom + ")"
 	}
