@@ -295,31 +295,10 @@ func (ss *shardSoak) poll(c *framework.Candidate) {
 		if ss.pollCtx.Err() != nil {
 			return
 		}
-		now := make([]*framework.Sample, ss.n)
-		if err == nil && code == http.StatusOK {
-			for _, o := range b.Owned {
-				if o.Index < 0 || o.Index >= ss.n || o.ExpiresInMs <= 0 {
-					continue
-				}
-				now[o.Index] = &framework.Sample{Target: c.Instance, TokenResult: framework.TokenResult{Status: http.StatusOK,
-					Token: o.Token, Lease: o.Lease, LeaseUID: o.LeaseUID, ExpiresInMs: o.ExpiresInMs, Sent: sent, Received: recv}}
-			}
-		}
 		ss.smu.Lock()
-		for i := range ss.n {
-			switch {
-			case now[i] != nil:
-				ss.samples[i] = append(ss.samples[i], *now[i])
-				prev[i] = true
-			case prev[i]:
-				// Not owned (a 200 without it counts as a 409), or no answer.
-				st := code
-				if st == http.StatusOK {
-					st = http.StatusConflict
-				}
-				ss.samples[i] = append(ss.samples[i], framework.Sample{Target: c.Instance,
-					TokenResult: framework.TokenResult{Status: st, Err: err, Sent: sent, Received: recv}})
-				prev[i] = false
+		for i, x := range shardSamples(c.Instance, b, code, err, sent, recv, prev) {
+			if x != nil {
+				ss.samples[i] = append(ss.samples[i], *x)
 			}
 		}
 		ss.smu.Unlock()
@@ -331,6 +310,38 @@ func (ss *shardSoak) poll(c *framework.Candidate) {
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// shardSamples turns one /shards answer of instance into a sample per
+// shard (nil: nothing to record): a valid one for every shard it owns with
+// validity left, and an invalid one for a shard prev says it owned in its
+// last answer and owns no more (a 200 without it counts as a 409), which
+// ends its term on that shard. prev is updated.
+func shardSamples(instance string, b shardsBody, code int, err error, sent, recv time.Time, prev []bool) []*framework.Sample {
+	out := make([]*framework.Sample, len(prev))
+	if err == nil && code == http.StatusOK {
+		for _, o := range b.Owned {
+			if o.Index < 0 || o.Index >= len(prev) || o.ExpiresInMs <= 0 {
+				continue
+			}
+			out[o.Index] = &framework.Sample{Target: instance, TokenResult: framework.TokenResult{Status: http.StatusOK,
+				Token: o.Token, Lease: o.Lease, LeaseUID: o.LeaseUID, ExpiresInMs: o.ExpiresInMs, Sent: sent, Received: recv}}
+		}
+	}
+	for i := range prev {
+		switch {
+		case out[i] != nil:
+			prev[i] = true
+		case prev[i]:
+			st := code
+			if st == http.StatusOK {
+				st = http.StatusConflict
+			}
+			out[i] = &framework.Sample{Target: instance, TokenResult: framework.TokenResult{Status: st, Err: err, Sent: sent, Received: recv}}
+			prev[i] = false
+		}
+	}
+	return out
 }
 
 // writer writes, as fast as it can, once per shard its slot's process owns,
