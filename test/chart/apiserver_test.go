@@ -174,6 +174,10 @@ func TestAPIServer(t *testing.T) {
 		testShardSetRoleAndGuard(t, c)
 	})
 
+	t.Run("shard set: sidecars as the chart's ServiceAccount, under the lease guard", func(t *testing.T) {
+		testShardSidecarsWithChartRBAC(t, c)
+	})
+
 	t.Run("monitoring, PDB and NetworkPolicy objects against the real schemas", func(t *testing.T) {
 		testMonitoringDryRun(t, c)
 	})
