@@ -456,29 +456,31 @@ func TestOpenAPIDescribesTheLocalAPI(t *testing.T) {
 		set.set(func(e *openAPISet) { e.releaseErr = err })
 		wantS(newReq("POST", "/release?shard=1"), code)
 	}
-	// The waiter limit (1): a /shards long-poll waits, the next gets 503.
+	// The waiter limit (1): while a /watch stream holds the slot (its first
+	// event read, so its handler has taken it), a /shards long-poll gets 503.
+	// The streams opened above free the slot once their handlers see them
+	// gone: until then this one gets 503.
 	sctx, scancel := context.WithCancel(context.Background())
-	swaiting := make(chan struct{})
-	go func() {
-		defer close(swaiting)
-		req, _ := http.NewRequestWithContext(sctx, "GET", ssrv.URL+"/shards?wait=5m", nil)
-		req.Header.Set("If-None-Match", stag)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_ = resp.Body.Close()
+	var sresp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		sreq, _ := http.NewRequestWithContext(sctx, "GET", ssrv.URL+"/watch", nil)
+		if sresp, err = http.DefaultClient.Do(sreq); err != nil {
+			t.Fatal(err)
 		}
-	}()
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		if got, _ := s.check(ssrv.URL, newReq("GET", "/watch")); got == http.StatusServiceUnavailable {
+		if sresp.StatusCode == http.StatusOK {
 			break
 		}
+		_ = sresp.Body.Close()
 		if time.Now().After(deadline) {
-			t.Fatal("shard set: GET /watch: no 503 while a /shards long-poll waits at the limit of 1")
+			t.Fatalf("shard set: GET /watch: %d for 30s, want a stream once the earlier ones have ended", sresp.StatusCode)
 		}
+	}
+	if _, err := bufio.NewReader(sresp.Body).ReadString('\n'); err != nil {
+		t.Fatalf("shard set: GET /watch: reading its first line: %v", err)
 	}
 	wantS(newReq("GET", "/shards?wait=5m", "If-None-Match", stag), 503)
 	scancel()
-	<-swaiting
+	_ = sresp.Body.Close()
 	set.set(func(e *openAPISet) { e.status = shards.Status{Set: "ns/q", Identity: "pod-a", Shards: 4} })
 	wantS(newReq("GET", "/shards/1/token"), 503)
 
