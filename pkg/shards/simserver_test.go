@@ -194,7 +194,7 @@ func (c simClient) Delete(_ context.Context, name string, opts metav1.DeleteOpti
 // List is the confirming list of the shard Leases (confirm.go); the
 // watch's lists the simulator delivers itself.
 func (c simClient) List(context.Context, metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	if c.p.cut > c.p.w.now {
+	if c.p.cut > c.p.w.now || c.p.noList {
 		return nil, errors.New("simulated: connection refused")
 	}
 	out := &coordinationv1.LeaseList{}

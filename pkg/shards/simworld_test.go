@@ -49,6 +49,8 @@ type simProc struct {
 	wake    time.Duration // next step (never: on an event)
 	paused  time.Duration // not stepped, nothing delivered, before this
 	cut     time.Duration // every call fails before this
+	noList  bool          // its confirming lists fail (a test's fault)
+	deaf    bool          // nothing is delivered to it (a test's fault)
 	reads   float64       // how often its app reads Status per step
 	dead    bool
 	leaving bool // SIGTERM: its shards are being handed over
@@ -97,7 +99,7 @@ func (p *simProc) enqueue(prev, l *coordinationv1.Lease) {
 func (p *simProc) deliver() bool {
 	w := p.w
 	got := false
-	for len(p.queue) > 0 && p.queue[0].at <= w.now && p.paused <= w.now {
+	for len(p.queue) > 0 && p.queue[0].at <= w.now && p.paused <= w.now && !p.deaf {
 		ev := p.queue[0]
 		p.queue = p.queue[1:]
 		got = true
@@ -264,7 +266,7 @@ func (w *simWorld) next() time.Duration {
 			continue
 		}
 		n = min(n, p.wake)
-		if len(p.queue) > 0 {
+		if len(p.queue) > 0 && !p.deaf {
 			n = min(n, p.queue[0].at)
 		}
 	}
