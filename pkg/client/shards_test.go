@@ -24,6 +24,8 @@ type fakeSet struct {
 	changed    chan struct{}
 }
 
+func (f *fakeSet) Peek() shards.Status { return f.Status() }
+
 func (f *fakeSet) Status() shards.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()

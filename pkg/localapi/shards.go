@@ -25,6 +25,9 @@ import (
 // *shards.Set implements it.
 type ShardSet interface {
 	Status() shards.Status
+	// Peek is Status without handing out any validity (what the set
+	// records of Status's answers): readiness, and a long-poll's checks.
+	Peek() shards.Status
 	// Changed returns a channel closed when Status may have changed
 	// (including when a shard's validity runs out with no Lease event).
 	Changed() <-chan struct{}
@@ -263,7 +266,7 @@ func (h *Handler) shardsReadyz(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "shard set loop is not running")
 		return
 	}
-	if !h.shards.set.Status().Ready {
+	if !h.shards.set.Peek().Ready {
 		writeError(w, http.StatusServiceUnavailable, "the shard set's Leases have not been listed yet")
 		return
 	}

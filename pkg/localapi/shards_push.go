@@ -72,9 +72,10 @@ func fnvUint(h, n uint64) uint64 {
 // shardsLongPoll answers GET /shards?wait= with If-None-Match as longPoll
 // answers GET /leader's.
 func (h *Handler) shardsLongPoll(w http.ResponseWriter, r *http.Request, match string, wait time.Duration) {
+	// Waiting reads with Peek: only the answer hands validity out.
 	longPollOn(h, w, r, match, wait, h.shards.set.Changed,
-		func() *shardView { v := h.shardView(); return &v },
-		func(w http.ResponseWriter, v *shardView) { h.answerShards(w, v, match) })
+		func() *shardView { return &shardView{s: h.shards.set.Peek()} },
+		func(w http.ResponseWriter, _ *shardView) { v := h.shardView(); h.answerShards(w, &v, match) })
 }
 
 // shardFrame is one "shards" event, encoded once and shared by every

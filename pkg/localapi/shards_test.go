@@ -36,6 +36,8 @@ func (f *fakeShardSet) Status() shards.Status {
 	return f.status
 }
 
+func (f *fakeShardSet) Peek() shards.Status { return f.Status() }
+
 func (f *fakeShardSet) Alive() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -124,7 +124,13 @@ func (s *Set) signalLocked() {
 // Status is the set as this member sees it now. It is what the app is
 // told: every shard it lists counts as handed out until its ValidUntil
 // (a move of that shard makes the next holder wait it out).
-func (s *Set) Status() Status {
+func (s *Set) Status() Status { return s.status(true) }
+
+// Peek is Status without handing anything out: for readiness, and for a
+// long-poll comparing what changed before it answers.
+func (s *Set) Peek() Status { return s.status(false) }
+
+func (s *Set) status(handOut bool) Status {
 	st := s.session.Status()
 	now := s.clock.Now()
 	self := s.selfTerm(st)
@@ -149,7 +155,7 @@ func (s *Set) Status() Status {
 			Index: o.index, Lease: o.lease, LeaseUID: o.uid, Token: o.token,
 			ValidUntil: until, ExpiresIn: until.Sub(now),
 		})
-		if until.After(s.handedOut[o.index]) {
+		if handOut && until.After(s.handedOut[o.index]) {
 			s.handedOut[o.index] = until
 		}
 	}

@@ -231,6 +231,8 @@ func (e *openAPISet) set(f func(*openAPISet)) {
 	f(e)
 }
 
+func (e *openAPISet) Peek() shards.Status { return e.Status() }
+
 func (e *openAPISet) Status() shards.Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
