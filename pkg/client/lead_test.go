@@ -134,8 +134,11 @@ func TestRunWhileLeadingKeepsFnThroughRenewals(t *testing.T) {
 // passed, not later.
 func TestRunWhileLeadingCancelsWhenTheValidityRunsOut(t *testing.T) {
 	sc := startSidecar(t, leadingFor(300*time.Millisecond))
-	lr := startRunWhileLeading(t, sc.URL)
+	// Before the watch's request goes out: the client counts the 300 ms
+	// from its request (it cannot know when the answer was written), so
+	// from any later instant the end may come sooner.
 	start := time.Now()
+	lr := startRunWhileLeading(t, sc.URL)
 	lr.nextStart(t, 7)
 	lr.nextEnd(t, "did not vouch for token 7 in time")
 	if since := time.Since(start); since < 300*time.Millisecond {

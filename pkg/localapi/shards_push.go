@@ -137,7 +137,10 @@ func (h *Handler) shardEvent(v *shardView, at time.Time) *shardFrame {
 		if !h.shards.events.CompareAndSwap(f, p) {
 			continue
 		}
-		encodeShards(p, v, at)
+		// Encoded from Status: what an event tells is handed out; the
+		// wakes that reuse a frame read with Peek (watchShards).
+		answer := shardView{s: h.shards.set.Status()}
+		encodeShards(p, &answer, at)
 		h.shards.encoded.Add(1)
 		return p
 	}
@@ -180,7 +183,7 @@ func encodeShards(f *shardFrame, v *shardView, at time.Time) {
 //	data: <the /shards body on one line>
 func (h *Handler) watchShards(w http.ResponseWriter, r *http.Request) {
 	h.serveStream(w, r, h.shards.set.Changed, func(at time.Time) pushFrame {
-		v := h.shardView()
+		v := shardView{s: h.shards.set.Peek()}
 		return h.shardEvent(&v, at)
 	})
 }
