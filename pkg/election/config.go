@@ -78,6 +78,11 @@ type Config struct {
 	// candidate, which takes it with one write and no race (handoff.go);
 	// without an announced candidate it releases the Lease as without it.
 	DirectHandoff bool
+	// OwnLease: the Lease is this process's own, its only candidate, and
+	// no other process serves its tokens (a shard set's session, whose
+	// terms shards name by UID and count): found absent at start, it is
+	// created at once instead of a lease duration later.
+	OwnLease bool
 	// ExternalWatch: Run starts no watch of its own; the caller feeds the
 	// Lease's events into WatchStore from a reflector it runs (one watch
 	// shared by several Leases, e.g. a shard set's, by label selector).

@@ -22,7 +22,7 @@ func (e *Elector) markSynced() {
 		return
 	}
 	s.synced = true
-	if s.obs == nil && !s.everSeen {
+	if s.obs == nil && !s.everSeen && !e.cfg.OwnLease {
 		s.notBefore = laterOf(s.notBefore, e.clock.Now().Add(e.cfg.LeaseDuration))
 	}
 	e.log.Debug("initial list of the lease complete", "found", s.obs != nil)

@@ -12,7 +12,8 @@
 // whole set.
 //
 //   - A member's session Lease is an ordinary election: the member is its
-//     only candidate (an election.Elector), renews it every retry period and
+//     only candidate (an election.Elector with OwnLease: found absent at
+//     start, it is created at once), renews it every retry period and
 //     holds a term on it, with a validity on its own clock as any leader.
 //     That is the only Lease written in steady state: about one write per
 //     member per retry period, whatever N is.
@@ -31,7 +32,10 @@
 //     Lease as it knows it (confirm.go: one list of the set's shard Leases
 //     per retry period confirms them all). Nothing else tells a holder, in
 //     bounded time, that its shard's Lease was deleted or edited by hand.
-//     Status records, per shard, the validity it handed out.
+//     Never a count below one it saw on that Lease (put back lower, edited):
+//     it takes such a shard again, above every count seen, once any owed
+//     validity is over. Status records, per shard, the validity it handed
+//     out; Peek reads without handing out.
 //  2. Only the holder moves a held shard to another live member (a
 //     rebalance, its app's release, its own leaving): it stops serving the
 //     shard first, then writes the Lease (a compare-and-swap on the version

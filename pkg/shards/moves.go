@@ -16,7 +16,7 @@ import (
 
 // maxInFlight bounds the writes one pass sends at once (a member leaving
 // with hundreds of shards sends them together, not one by one).
-const maxInFlight = 32
+const maxInFlight = 128
 
 // write is one Lease write of a pass.
 type write struct {
@@ -85,11 +85,19 @@ func (s *Set) act(ctx context.Context, v *view) (wake time.Time) {
 			writes = append(writes, s.takeWrite(i, v, ReasonFree))
 		}
 	}
+	// A shard of ours whose count went below one seen: a new token for
+	// us, above every count seen.
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if s.named(sh, v.self) && lowered(sh) && !sh.giving && !v.now.Before(laterOf(sh.retryAt, s.owedUntil(sh))) {
+			writes = append(writes, s.takeWrite(i, v, ReasonFree))
+		}
+	}
 	// A shard we stopped serving for a move that is no longer planned
 	// (the write's outcome unknown): take it back with a new token.
 	for i := range s.shards {
 		sh := &s.shards[i]
-		if sh.giving && s.named(sh, v.self) && !slices.Contains(giving, i) && moves[i] == "" && !v.now.Before(sh.retryAt) {
+		if sh.giving && s.named(sh, v.self) && !slices.Contains(giving, i) && moves[i] == "" && !v.now.Before(laterOf(sh.retryAt, s.owedUntil(sh))) {
 			writes = append(writes, s.takeWrite(i, v, ReasonReleased))
 		}
 	}

@@ -85,8 +85,13 @@ func (s *Set) ours(sh *shard, self SessionRef, now time.Time) bool {
 		return false
 	}
 	ref, ok := sessionOf(sh.obs)
-	return ok && ref == self && !now.Before(sh.obsTime.Add(sh.wait))
+	return ok && ref == self && !now.Before(sh.obsTime.Add(sh.wait)) && !lowered(sh)
 }
+
+// lowered: the Lease's count is below one seen before (put back lower, or
+// edited): its holder takes it again above every count seen (act) rather
+// than serve a token that went backwards.
+func lowered(sh *shard) bool { return transitionsOf(sh.obs) < sh.maxSeen }
 
 // takeAt is rule 4: when we may take sh, a shard no live member holds.
 // end, when set, is a session term that must be ended first (it went

@@ -19,7 +19,7 @@ import (
 
 // Run takes part in the set until ctx is done, then hands every shard it
 // holds to the other members, ends its session and deletes its session
-// Lease, within election.ShutdownTimeout. Run may be called once.
+// Lease, within the renew deadline. Run may be called once.
 func (s *Set) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("shards: Run called twice")
@@ -63,7 +63,9 @@ func (s *Set) Run(ctx context.Context) error {
 		}
 	}
 	// Shutdown: hand everything over, then end the session.
-	leaveCtx, cancel := context.WithTimeout(context.Background(), election.ShutdownTimeout)
+	// Hundreds of shards are written at once on a loaded API server: the
+	// renew deadline bounds it (the pod's grace period is longer).
+	leaveCtx, cancel := context.WithTimeout(context.Background(), max(election.ShutdownTimeout, s.cfg.RenewDeadline))
 	defer cancel()
 	s.drainInbox()
 	s.leave(leaveCtx, "shutting down")

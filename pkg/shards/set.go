@@ -127,6 +127,7 @@ func New(cfg Config) (*Set, error) {
 	sc := cfg.Config
 	sc.Name = s.sessionName
 	sc.ExternalWatch = true
+	sc.OwnLease = true // shards name a session by UID and term: a new one is a new term
 	sc.DirectHandoff = false
 	sc.ExpectedCandidates = 1
 	sc.Clock = s.clock

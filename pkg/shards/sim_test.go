@@ -157,6 +157,8 @@ var simFindings = []struct {
 	{146, "S5: cleanup deleted a session its member was about to take back (livelock)"},
 	{186, "S6: an end write ended a version refreshed after it was judged unrenewed"},
 	{187, "S7: a holder served a deleted shard past the deletion; a stale put-back lowered the count"},
+	{28, "S8: a holder served its shard put back below a count it had served"},
+	{211, "S9: a member took its own shard back, after a move whose answer was lost, before the validity that move owed"},
 }
 
 func TestShardSimulationFindings(t *testing.T) {

@@ -65,7 +65,7 @@ func (s *Set) snapshotOf(v view) snapshot {
 	sn := snapshot{ready: s.synced, members: v.members}
 	for i := range s.shards {
 		sh := &s.shards[i]
-		if !s.named(sh, v.self) || sh.giving {
+		if !s.named(sh, v.self) || sh.giving || lowered(sh) {
 			continue
 		}
 		sn.owned = append(sn.owned, ownedShard{
