@@ -94,6 +94,7 @@ func (s *Set) drainInbox() {
 			// A shard never seen may have lived and gone in the gap a
 			// list covers: its wait starts again (takeAt).
 			s.synced, s.syncedAt = true, now
+			s.setExisted = s.anyShardSeen()
 		default:
 			s.observe(ev.lease, ev.deleted, ev.unknown, now)
 		}

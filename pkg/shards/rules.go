@@ -103,10 +103,10 @@ func (s *Set) takeAt(sh *shard, now time.Time) (at time.Time, end *member) {
 	case l == nil && sh.prev == nil:
 		// Never seen: it may have just been deleted with its holder still
 		// serving, as the election waits for a Lease it never saw; in a
-		// set whose other shards exist it was deleted, and members that
-		// saw it put it back (putBack): give them longer.
+		// set whose other shards our list found it was deleted, and
+		// members that saw it put it back (putBack): give them longer.
 		wait := d
-		if s.anyShardSeen() {
+		if s.setExisted {
 			wait = 3 * d
 		}
 		return laterOf(s.syncedAt.Add(wait), sh.retryAt), nil

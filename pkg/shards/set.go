@@ -87,8 +87,10 @@ type Set struct {
 	members   map[string]*member // by session Lease name
 	shards    []shard
 	confirmAt time.Time // the next confirming list (confirm.go)
-	leaving   string    // why we leave the set ("": we stay)
-	withdrawn string    // SetCandidate(false)'s reason
+	// setExisted: our latest list found shard Leases of the set (takeAt).
+	setExisted bool
+	leaving    string // why we leave the set ("": we stay)
+	withdrawn  string // SetCandidate(false)'s reason
 }
 
 type control struct {
