@@ -172,6 +172,9 @@ func (c simClient) Get(_ context.Context, name string, _ metav1.GetOptions) (*co
 
 // describe is a written Lease in the trace: holder, count, session term.
 func describe(l *coordinationv1.Lease) string {
+	if l == nil {
+		return "absent"
+	}
 	ref, _ := sessionOf(l)
 	return fmt.Sprintf("%s holder=%q count=%d term=%s/%d rv=%s", l.Name, holderOf(l), transitionsOf(l), ref.UID, ref.Term, l.ResourceVersion)
 }
