@@ -274,20 +274,10 @@ func NewServer(addr string, h http.Handler) *http.Server {
 }
 
 func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {
-	q, ok := queryParams(w, r, "wait")
+	wait, match, ok := waitQuery(w, r)
 	if !ok {
 		return
 	}
-	var wait time.Duration
-	if v, set := q["wait"]; set {
-		d, err := parseDuration(v, 0, MaxWait)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "query parameter wait: "+err.Error())
-			return
-		}
-		wait = d
-	}
-	match := r.Header.Get("If-None-Match")
 	if wait > 0 && match != "" {
 		h.longPoll(w, r, match, wait)
 		return

@@ -85,6 +85,25 @@ func queryParams(w http.ResponseWriter, r *http.Request, allowed ...string) (map
 	return out, true
 }
 
+// waitQuery reads a long-poll's request (GET /leader, GET /shards): the
+// ?wait= duration (0: none) and If-None-Match; false (and a 400 written)
+// for a malformed query.
+func waitQuery(w http.ResponseWriter, r *http.Request) (wait time.Duration, match string, ok bool) {
+	q, ok := queryParams(w, r, "wait")
+	if !ok {
+		return 0, "", false
+	}
+	if v, set := q["wait"]; set {
+		d, err := parseDuration(v, 0, MaxWait)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "query parameter wait: "+err.Error())
+			return 0, "", false
+		}
+		wait = d
+	}
+	return wait, r.Header.Get("If-None-Match"), true
+}
+
 // parseDuration parses a Go duration ("30s", "1m30s") within [lo, hi].
 func parseDuration(v string, lo, hi time.Duration) (time.Duration, error) {
 	if v == "" {

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/api"
 	"github.com/elector-sidecar/elector-sidecar/pkg/shards"
@@ -123,20 +122,10 @@ func noSuchShard(i, n int) string {
 }
 
 func (h *Handler) shardsStatus(w http.ResponseWriter, r *http.Request) {
-	q, ok := queryParams(w, r, "wait")
+	wait, match, ok := waitQuery(w, r)
 	if !ok {
 		return
 	}
-	var wait time.Duration
-	if v, set := q["wait"]; set {
-		d, err := parseDuration(v, 0, MaxWait)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "query parameter wait: "+err.Error())
-			return
-		}
-		wait = d
-	}
-	match := r.Header.Get("If-None-Match")
 	if wait > 0 && match != "" {
 		h.shardsLongPoll(w, r, match, wait)
 		return
