@@ -182,9 +182,5 @@ func (s *soak) stallCandidates() func() {
 // sent while another process's answer still claimed validity (its send time
 // + expiresInMs; the soak never calls POST /release).
 func (s *soak) checkClaims(samples []framework.Sample) []string {
-	var out []string
-	for _, v := range framework.CheckClaims(samples, nil, s.g.Sampler.Start) {
-		out = append(out, v.Detail)
-	}
-	return out
+	return details(framework.CheckClaims(samples, nil, s.g.Sampler.Start))
 }

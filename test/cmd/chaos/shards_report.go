@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,12 +55,6 @@ func (ss *shardSoak) report() bool {
 	samples := ss.samples
 	ss.smu.Unlock()
 
-	var faultNames []string
-	ss.faults.Range(func(k, v any) bool {
-		faultNames = append(faultNames, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
-		return true
-	})
-	sort.Strings(faultNames)
 	terms := make([][]framework.Term, ss.n)
 	moves, nsamples := 0, 0
 	var maxTok int64
@@ -87,39 +79,17 @@ func (ss *shardSoak) report() bool {
 	fmt.Println("==== chaos soak results (shard set) ====")
 	fmt.Printf("duration            %v (faults for %v, seed %d)\n", time.Since(ss.start).Round(time.Second), ss.o.duration, ss.o.seed)
 	fmt.Printf("shards              %d over %d candidates\n", ss.n, ss.o.candidates)
-	fmt.Printf("faults              %s\n", strings.Join(faultNames, ", "))
+	fmt.Printf("faults              %s\n", ss.faultCounts())
 	fmt.Printf("processes started   %d\n", len(ss.g.All()))
 	fmt.Printf("store               PostgreSQL on %s, a resource per shard\n", ss.db.addr)
-	fmt.Printf("writes attempted    %d\n", ss.attempted.Load())
-	fmt.Printf("writes accepted     %d (per shard: %d to %d)\n", ss.accepted.Load(), minAcc, maxAcc)
-	fmt.Printf("rejected as stale   %d\n", ss.stale.Load())
-	fmt.Printf("other write errors  %d\n", ss.writeErrs.Load()-ss.dbRestartErrs.Load())
-	ss.errMu.Lock()
-	for _, e := range ss.errSamples {
-		fmt.Printf("    %s\n", e)
-	}
-	ss.errMu.Unlock()
+	ss.printWrites(fmt.Sprintf(" (per shard: %d to %d)", minAcc, maxAcc))
 	fmt.Printf("errors during a database restart  %d (restarts: %d)\n", ss.dbRestartErrs.Load(), ss.countOf("db-restart"))
 	fmt.Printf("shard moves         %d (distinct process+token terms beyond the first, summed over shards)\n", moves)
 	fmt.Printf("max token           %d\n", maxTok)
 	fmt.Printf("/shards samples     %d (per-shard entries)\n", nsamples)
 
-	ok := true
-	check := func(name string, problems []string) {
-		if len(problems) == 0 {
-			fmt.Printf("invariant OK        %s\n", name)
-			return
-		}
-		ok = false
-		fmt.Printf("invariant BROKEN    %s: %d violation(s)\n", name, len(problems))
-		for i, p := range problems {
-			if i == 10 {
-				fmt.Printf("    ... and %d more\n", len(problems)-10)
-				break
-			}
-			fmt.Printf("    %s\n", p)
-		}
-	}
+	iv := &invariants{ok: true}
+	check := iv.check
 	perShard := func(f func(i int) []string) []string {
 		var out []string
 		for i := range ss.n {
@@ -151,26 +121,11 @@ func (ss *shardSoak) report() bool {
 	}))
 	// 4. one process per accepted token, from the history's writer column.
 	check("every accepted token came from one process (per shard)", perShard(func(i int) []string {
-		by := map[int64]map[string]bool{}
+		by := tokenWriters{}
 		for _, r := range history[i] {
-			if by[r.Token] == nil {
-				by[r.Token] = map[string]bool{}
-			}
-			by[r.Token][r.Writer] = true
+			by.add(r.Token, r.Writer)
 		}
-		var p []string
-		for tok, ws := range by {
-			if len(ws) > 1 {
-				var names []string
-				for n := range ws {
-					names = append(names, n)
-				}
-				sort.Strings(names)
-				p = append(p, fmt.Sprintf("token %d accepted from %v", tok, names))
-			}
-		}
-		sort.Strings(p)
-		return p
+		return by.problems()
 	}))
 	check("no two processes ever served the same token value (per shard)", perShard(func(i int) []string {
 		return details(framework.CheckDistinctTokens(samples[i], ss.start))
@@ -184,19 +139,10 @@ func (ss *shardSoak) report() bool {
 		}
 		return nil
 	}))
-	if !ok {
+	if !iv.ok {
 		for i := range ss.n {
 			fmt.Printf("shard %d terms:\n%s", i, framework.FormatTerms(terms[i], ss.start))
 		}
 	}
-	fmt.Println(map[bool]string{true: "RESULT: PASS", false: "RESULT: FAIL"}[ok])
-	return ok
-}
-
-func details(vs []framework.Violation) []string {
-	var out []string
-	for _, v := range vs {
-		out = append(out, v.Detail)
-	}
-	return out
+	return iv.result()
 }
