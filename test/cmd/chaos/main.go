@@ -44,14 +44,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -140,122 +135,18 @@ func main() {
 	}
 }
 
-// slot is one candidate identity: its current process and its writer's state.
-type slot struct {
-	id string
-	// kubeconfig points at proxy, this identity's way to the apiserver.
-	kubeconfig string
-	proxy      *framework.TCPProxy
-	newcomer   bool // started by a partition-delete fault; retired after it
-
-	mu      sync.Mutex
-	retired bool          // a newcomer that was stopped for good: its writer ends
-	down    bool          // killed or terminated, waiting for its restart
-	paused  bool          // SIGSTOPped
-	resume  chan struct{} // closed on SIGCONT
-	pending bool          // a fault is in progress on this slot
-	// the writer's last token, when it got it, and from which process
-	lastToken    int64
-	lastTokenAt  time.Time
-	lastInstance string
-}
-
-type soak struct {
-	o      options
-	rng    *rand.Rand
-	rngMu  sync.Mutex
-	start  time.Time
-	cp     *framework.ControlPlane
-	g      *framework.Group
-	ns     string
-	store  *httpstore.Server
-	db     *backend
-	url    string
-	slots  []*slot
-	faults sync.Map // kind -> *atomic.Int64
-	// upstream is the apiserver's host:port, behind every candidate's proxy.
-	upstream string
-	logDir   string
-
-	// writers: one per slot, and one per newcomer while it runs.
-	wctx    context.Context
-	writers sync.WaitGroup
-
-	newcomerMu  sync.Mutex
-	newcomers   []*slot
-	partitioned atomic.Bool // a partition-delete fault is in progress
-
-	attempted, accepted, stale, writeErrs atomic.Int64
-	// dbRestartErrs counts the writeErrs that overlapped a database restart.
-	dbRestartErrs atomic.Int64
-	dbRestarts    restartWindows
-	dbDown        atomic.Bool // a db-restart fault is in progress
-	errMu         sync.Mutex
-	errSamples    []string // the first other write errors
-	apiDown       atomic.Bool
-	bg            sync.WaitGroup
-}
-
-func (s *soak) logf(format string, a ...any) {
-	fmt.Printf("[%6.1fs] %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, a...))
-}
-
-func (s *soak) intn(n int) int {
-	s.rngMu.Lock()
-	defer s.rngMu.Unlock()
-	return s.rng.IntN(n)
-}
-
-func (s *soak) dur(lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(s.intn(int(hi-lo)+1))
-}
-
-func (s *soak) count(kind string) {
-	v, _ := s.faults.LoadOrStore(kind, new(atomic.Int64))
-	v.(*atomic.Int64).Add(1)
-}
-
-func (s *soak) countOf(kind string) int64 {
-	if v, ok := s.faults.Load(kind); ok {
-		return v.(*atomic.Int64).Load()
-	}
-	return 0
-}
-
 func run(ctx context.Context, o options) (bool, error) {
-	s := &soak{o: o, rng: rand.New(rand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now()}
-	logDir, err := os.MkdirTemp("", "elector-chaos-")
+	s, err := newSoak(o, "elector-chaos-")
 	if err != nil {
 		return false, err
 	}
-	s.logDir = logDir
 	s.logf("chaos soak: %d candidates, %v of faults (mean every %v), seed %d, timings %+v, store %s; logs in %s",
-		o.candidates, o.duration, o.faultEvery, o.seed, o.timings, o.store, logDir)
-	bins, err := framework.BuildBinaries(framework.SidecarPackage)
+		o.candidates, o.duration, o.faultEvery, o.seed, o.timings, o.store, s.logDir)
+	binary, stop, err := s.setUp(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer framework.CleanupBinaries()
-	s.cp, err = framework.StartControlPlane(framework.ControlPlaneOptions{Dir: filepath.Join(logDir, "controlplane")})
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = s.cp.Stop() }()
-	s.ns, err = s.cp.CreateNamespace(ctx, "chaos")
-	if err != nil {
-		return false, err
-	}
-	u, err := url.Parse(s.cp.APIServerURL())
-	if err != nil {
-		return false, err
-	}
-	s.upstream = u.Host
-
-	s.db, err = openBackend(ctx, o.store, logDir)
-	if err != nil {
-		return false, err
-	}
-	defer s.db.close()
+	defer stop()
 	s.logf("fenced store: %s, behind the HTTP store the writers write to", s.db.describe)
 	s.store = httpstore.NewServer(s.db.store)
 	var stopStore func()
@@ -265,27 +156,10 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	defer stopStore()
 
-	s.g = framework.NewGroup(framework.CandidateSpec{
-		Binary:     bins[framework.SidecarPackage],
-		LeaseName:  "chaos",
-		Namespace:  s.ns,
-		Kubeconfig: s.cp.Kubeconfig,
-		Timings:    o.timings,
-		LogDir:     logDir,
-	})
-	defer func() {
-		s.g.StopAll(3 * time.Second)
-		s.closeProxies() // after the candidates, so they can release on the way out
-	}()
-	for i := 0; i < o.candidates; i++ {
-		sl, err := s.newSlot(fmt.Sprintf("cand-%d", i), false)
-		if err != nil {
-			return false, err
-		}
-		s.slots = append(s.slots, sl)
-		if _, err := s.startSlot(ctx, sl); err != nil {
-			return false, err
-		}
+	s.g = framework.NewGroup(s.candidateSpec(binary))
+	defer s.stopCandidates()
+	if err := s.startCandidates(ctx); err != nil {
+		return false, err
 	}
 	if _, _, err := s.g.WaitForLeader(ctx, 30*time.Second); err != nil {
 		return false, err
@@ -300,24 +174,12 @@ func run(ctx context.Context, o options) (bool, error) {
 
 	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
 	if s.db.restart != nil {
-		s.bg.Add(1)
-		go func() { // one database restart at mid-run, while a leader writes
-			defer s.bg.Done()
-			select {
-			case <-fctx.Done():
-			case <-time.After(o.duration / 2):
-				_, _, _ = s.g.WaitForLeader(fctx, 10*time.Second)
-				s.restartDB()
-			}
-		}()
+		// one database restart at mid-run, while a leader writes
+		s.restartDBMidRun(fctx, func(ctx context.Context) { _, _, _ = s.g.WaitForLeader(ctx, 10*time.Second) })
 	}
 	s.faultLoop(fctx)
 	stopFaults()
-	s.logf("faults over; letting pending faults finish and the group settle")
-	s.bg.Wait()
-	if err := s.cp.StartAPIServer(); err != nil {
-		s.logf("restarting the apiserver: %v", err)
-	}
+	s.settle("group")
 	if _, _, err := s.g.WaitForLeader(context.Background(), 30*time.Second); err != nil {
 		s.logf("no leader after the soak: %v", err)
 	}
@@ -326,16 +188,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	s.writers.Wait()
 	s.g.Sampler.Stop()
 
-	ok := s.report()
-	if ok && !o.keepLogs && ctx.Err() == nil {
-		defer func() { _ = os.RemoveAll(logDir) }()
-	} else {
-		s.logf("process logs kept in %s", logDir)
-	}
-	if ctx.Err() != nil {
-		return ok, errors.New("interrupted")
-	}
-	return ok, nil
+	return s.verdict(ctx, s.report())
 }
 
 // writer writes with its candidate's token as fast as it can. If its
@@ -397,41 +250,6 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 	}
 }
 
-// writeError counts a write that ended in neither 200 nor 409, apart if it
-// overlapped a database restart; the first few others are kept for the
-// report.
-func (s *soak) writeError(began time.Time, err error) {
-	s.writeErrs.Add(1)
-	if s.dbRestarts.overlaps(began, time.Now()) {
-		s.dbRestartErrs.Add(1)
-		return
-	}
-	s.errMu.Lock()
-	if len(s.errSamples) < 5 {
-		s.errSamples = append(s.errSamples, fmt.Sprintf("[%6.1fs] %v", time.Since(s.start).Seconds(), err))
-	}
-	s.errMu.Unlock()
-}
-
-// restartDB restarts the database (same port, same data) and logs how long
-// it took.
-func (s *soak) restartDB() {
-	if !s.dbDown.CompareAndSwap(false, true) {
-		return
-	}
-	defer s.dbDown.Store(false)
-	s.count("db-restart")
-	crash := s.intn(2) == 0
-	how := map[bool]string{true: "SIGKILLed and restarted", false: "shut down cleanly and restarted"}[crash]
-	i := s.dbRestarts.begin()
-	t0 := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err := s.db.restart(ctx, crash)
-	cancel()
-	s.dbRestarts.end(i)
-	s.logf("fault: %s %s (same port, same data) in %v (%v)", s.db.name, how, time.Since(t0).Round(time.Millisecond), errOr(err, "ok"))
-}
-
 // faultLoop injects a random fault every ~faultEvery until ctx ends.
 func (s *soak) faultLoop(ctx context.Context) {
 	next := time.Now()
@@ -483,19 +301,6 @@ func (s *soak) pick(ctx context.Context) *slot {
 		}
 	}
 	return candidates[s.intn(len(candidates))]
-}
-
-// up counts slots that are not killed or terminated.
-func (s *soak) up() int {
-	n := 0
-	for _, sl := range s.slots {
-		sl.mu.Lock()
-		if !sl.down {
-			n++
-		}
-		sl.mu.Unlock()
-	}
-	return n
 }
 
 func (s *soak) inject(ctx context.Context) {
@@ -652,19 +457,4 @@ func (s *soak) lateWrite(instance string, token int64) {
 		result = "error: " + err.Error()
 	}
 	s.logf("late write by %s with token %d after the pause: %s", instance, token, result)
-}
-
-func (s *soak) restart(sl *slot) {
-	for attempt := 0; attempt < 3; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := s.startSlot(ctx, sl)
-		cancel()
-		if err == nil {
-			break
-		}
-		s.logf("restart %s: %v", sl.id, err)
-	}
-	sl.mu.Lock()
-	sl.down = false
-	sl.mu.Unlock()
 }

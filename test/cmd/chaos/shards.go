@@ -3,12 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -83,42 +78,20 @@ type heldAnswer struct {
 }
 
 func runShards(ctx context.Context, o options) (bool, error) {
-	s := &soak{o: o, rng: rand.New(rand.NewPCG(o.seed, o.seed^0x5eed)), start: time.Now()}
-	logDir, err := os.MkdirTemp("", "elector-chaos-shards-")
+	s, err := newSoak(o, "elector-chaos-shards-")
 	if err != nil {
 		return false, err
 	}
-	s.logDir = logDir
 	s.logf("chaos soak of a shard set: %d candidates with --shards=%d, %v of faults (mean every %v), seed %d, timings %+v, store %s; logs in %s",
-		o.candidates, o.shards, o.duration, o.faultEvery, o.seed, o.timings, o.store, logDir)
-	bins, err := framework.BuildBinaries(framework.SidecarPackage)
+		o.candidates, o.shards, o.duration, o.faultEvery, o.seed, o.timings, o.store, s.logDir)
+	binary, stop, err := s.setUp(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer framework.CleanupBinaries()
-	s.cp, err = framework.StartControlPlane(framework.ControlPlaneOptions{Dir: filepath.Join(logDir, "controlplane")})
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = s.cp.Stop() }()
-	if s.ns, err = s.cp.CreateNamespace(ctx, "chaos"); err != nil {
-		return false, err
-	}
-	u, err := url.Parse(s.cp.APIServerURL())
-	if err != nil {
-		return false, err
-	}
-	s.upstream = u.Host
-	if s.db, err = openBackend(ctx, o.store, logDir); err != nil {
-		return false, err
-	}
-	defer s.db.close()
+	defer stop()
 	s.logf("fenced store: PostgreSQL on %s, one resource per shard (chaos-shard-<i>), history in elector_fence_history", s.db.addr)
 
-	s.g = framework.NewGroup(framework.CandidateSpec{
-		Binary: bins[framework.SidecarPackage], LeaseName: "chaos", Namespace: s.ns, Kubeconfig: s.cp.Kubeconfig,
-		Timings: o.timings, LogDir: logDir, ExtraArgs: []string{"--shards=" + strconv.Itoa(o.shards)},
-	})
+	s.g = framework.NewGroup(s.candidateSpec(binary, "--shards="+strconv.Itoa(o.shards)))
 	s.g.Sampler.Stop()
 	s.g.Sampler = nil // /token is the single Lease's; the shard soak samples /shards
 	pctx, stopPolling := context.WithCancel(context.Background())
@@ -127,19 +100,9 @@ func runShards(ctx context.Context, o options) (bool, error) {
 		httpc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}},
 		samples: make([][]framework.Sample, o.shards), polled: map[string]bool{}, held: map[string]heldAnswer{},
 		shardAccepted: make([]atomic.Int64, o.shards)}
-	defer func() {
-		s.g.StopAll(3 * time.Second)
-		s.closeProxies()
-	}()
-	for i := 0; i < o.candidates; i++ {
-		sl, err := s.newSlot(fmt.Sprintf("cand-%d", i), false)
-		if err != nil {
-			return false, err
-		}
-		s.slots = append(s.slots, sl)
-		if _, err := s.startSlot(ctx, sl); err != nil {
-			return false, err
-		}
+	defer s.stopCandidates()
+	if err := s.startCandidates(ctx); err != nil {
+		return false, err
 	}
 	go ss.pollNewInstances()
 	if err := ss.waitAllOwned(ctx, 60*time.Second); err != nil {
@@ -153,22 +116,10 @@ func runShards(ctx context.Context, o options) (bool, error) {
 		go func() { defer s.writers.Done(); ss.writer(wctx, sl) }()
 	}
 	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
-	s.bg.Add(1)
-	go func() { // one database restart at mid-run
-		defer s.bg.Done()
-		select {
-		case <-fctx.Done():
-		case <-time.After(o.duration / 2):
-			s.restartDB()
-		}
-	}()
+	s.restartDBMidRun(fctx, nil)
 	ss.faultLoop(fctx)
 	stopFaults()
-	s.logf("faults over; letting pending faults finish and the set settle")
-	s.bg.Wait()
-	if err := s.cp.StartAPIServer(); err != nil {
-		s.logf("restarting the apiserver: %v", err)
-	}
+	s.settle("set")
 	if err := ss.waitAllOwned(context.Background(), 60*time.Second); err != nil {
 		s.logf("after the soak: %v", err)
 	}
@@ -178,16 +129,7 @@ func runShards(ctx context.Context, o options) (bool, error) {
 	stopPolling()
 	ss.pollers.Wait()
 
-	ok := ss.report()
-	if ok && !o.keepLogs && ctx.Err() == nil {
-		defer func() { _ = os.RemoveAll(logDir) }()
-	} else {
-		s.logf("process logs kept in %s", logDir)
-	}
-	if ctx.Err() != nil {
-		return ok, errors.New("interrupted")
-	}
-	return ok, nil
+	return s.verdict(ctx, ss.report())
 }
 
 // writer writes, as fast as it can, once per shard its slot's process owns,
