@@ -47,13 +47,7 @@ func (s *soak) injectHandEdit(ctx context.Context, kind string) {
 	bare := kind == "recreate-free" && s.healthy(sl) >= 2 && s.intn(2) == 0
 	freeze := s.intn(2) == 0
 	s.count(kind)
-	sl.mu.Lock()
-	sl.pending = true
-	sl.mu.Unlock()
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer func() { sl.mu.Lock(); sl.pending = false; sl.mu.Unlock() }()
+	s.onSlot(sl, func() {
 		var thaw func()
 		how := "running"
 		if freeze {
@@ -75,25 +69,21 @@ func (s *soak) injectHandEdit(ctx context.Context, kind string) {
 			what, err = s.recreateFree(ectx, bare)
 		}
 		s.logf("fault: %s: %s (leader %s %s) (%v)", kind, what, c.Instance, how, errOr(err, "ok"))
-	}()
+	})
 }
 
 // freeze SIGSTOPs c and its writer (as the sigstop fault does) and returns
 // the function that resumes both and sends the write the writer had in
 // flight, if any.
 func (s *soak) freeze(sl *slot, c *framework.Candidate) func() {
-	_ = c.Pause()
+	sl.pause(c)
 	sl.mu.Lock()
-	sl.paused, sl.resume = true, make(chan struct{})
+	// Was the writer busy writing with a token when the pod froze?
 	inFlight := sl.lastInstance == c.Instance && time.Since(sl.lastTokenAt) < 200*time.Millisecond
 	heldToken := sl.lastToken
 	sl.mu.Unlock()
 	return func() {
-		_ = c.Resume()
-		sl.mu.Lock()
-		sl.paused = false
-		close(sl.resume)
-		sl.mu.Unlock()
+		sl.unpause(c)
 		if inFlight {
 			s.lateWrite(c.Instance, heldToken)
 		}

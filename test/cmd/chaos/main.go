@@ -177,7 +177,7 @@ func run(ctx context.Context, o options) (bool, error) {
 		// one database restart at mid-run, while a leader writes
 		s.restartDBMidRun(fctx, func(ctx context.Context) { _, _, _ = s.g.WaitForLeader(ctx, 10*time.Second) })
 	}
-	s.faultLoop(fctx)
+	s.faultLoop(fctx, func() { s.inject(fctx) }, func() string { return fmt.Sprintf(", highest token %d", s.highest()) })
 	stopFaults()
 	s.settle("group")
 	if _, _, err := s.g.WaitForLeader(context.Background(), 30*time.Second); err != nil {
@@ -224,12 +224,8 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 		paused := sl.paused
 		sl.lastToken, sl.lastTokenAt, sl.lastInstance = r.Token, time.Now(), c.Instance
 		sl.mu.Unlock()
-		if paused && resume != nil {
-			select { // frozen with a token in hand, like its process
-			case <-resume:
-			case <-ctx.Done():
-				return
-			}
+		if !thawed(ctx, paused, resume) { // frozen with a token in hand, like its process
+			return
 		}
 		seq++
 		s.attempted.Add(1)
@@ -248,193 +244,6 @@ func (s *soak) writer(ctx context.Context, sl *slot) {
 			s.writeError(began, err)
 		}
 	}
-}
-
-// faultLoop injects a random fault every ~faultEvery until ctx ends.
-func (s *soak) faultLoop(ctx context.Context) {
-	next := time.Now()
-	lastReport := time.Now()
-	for {
-		wait := s.dur(s.o.faultEvery/2, s.o.faultEvery*3/2)
-		next = next.Add(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Until(next)):
-		}
-		s.inject(ctx)
-		if time.Since(lastReport) > 10*time.Second {
-			lastReport = time.Now()
-			s.logf("progress: writes %d (accepted %d, stale %d, errors %d, of them during a database restart %d), highest token %d",
-				s.attempted.Load(), s.accepted.Load(), s.stale.Load(), s.writeErrs.Load(), s.dbRestartErrs.Load(), s.highest())
-		}
-	}
-}
-
-func (s *soak) highest() int64 {
-	h, _, _ := s.store.Read(context.Background())
-	return h
-}
-
-// pick returns a slot that is up and has no fault in progress, preferring
-// the leader half of the time; nil if none.
-func (s *soak) pick(ctx context.Context) *slot {
-	var candidates []*slot
-	for _, sl := range s.slots {
-		sl.mu.Lock()
-		ok := !sl.down && !sl.pending
-		sl.mu.Unlock()
-		if ok {
-			candidates = append(candidates, sl)
-		}
-	}
-	if len(candidates) == 0 {
-		return nil
-	}
-	if s.intn(2) == 0 {
-		for _, l := range s.g.Leaders(ctx) {
-			for _, sl := range candidates {
-				if sl.id == l.Identity() {
-					return sl
-				}
-			}
-		}
-	}
-	return candidates[s.intn(len(candidates))]
-}
-
-func (s *soak) inject(ctx context.Context) {
-	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete", "hand-clear", "recreate-free", "db-restart"}
-	weights := []int{3, 3, 2, 2, 1, 1, 3, 2, 2, 2, 0}
-	if s.db.restart != nil {
-		weights[len(weights)-1] = 1
-	}
-	total := 0
-	for _, w := range weights {
-		total += w
-	}
-	r := s.intn(total)
-	kind := kinds[0]
-	for i, w := range weights {
-		if r < w {
-			kind = kinds[i]
-			break
-		}
-		r -= w
-	}
-	switch kind {
-	case "db-restart":
-		if s.dbDown.Load() {
-			return
-		}
-		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.restartDB() }()
-		return
-	case "apiserver-restart":
-		if s.apiDown.Load() {
-			return
-		}
-		s.apiDown.Store(true)
-		s.count(kind)
-		down := s.dur(time.Second, 2*s.o.timings.LeaseDuration)
-		crash := s.intn(2) == 0
-		s.bg.Add(1)
-		go func() {
-			defer s.bg.Done()
-			defer s.apiDown.Store(false)
-			var err error
-			if crash {
-				err = s.cp.KillAPIServer()
-			} else {
-				err = s.cp.StopAPIServer(time.Second)
-			}
-			s.logf("fault: apiserver %s for %v (%v)", map[bool]string{true: "SIGKILLed", false: "stopped"}[crash], down.Round(time.Millisecond), err)
-			time.Sleep(down)
-			if err := s.cp.StartAPIServer(); err != nil {
-				s.logf("apiserver restart failed: %v", err)
-			}
-		}()
-		return
-	case "lease-delete":
-		if s.apiDown.Load() {
-			return
-		}
-		s.count(kind)
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := s.cp.Client.CoordinationV1().Leases(s.ns).Delete(dctx, "chaos", metav1.DeleteOptions{})
-		cancel()
-		s.logf("fault: Lease deleted (%v)", err)
-		return
-	case "handoff-delete", "partition-delete":
-		s.injectDeletion(ctx, kind)
-		return
-	case "hand-clear", "recreate-free":
-		s.injectHandEdit(ctx, kind)
-		return
-	}
-	sl := s.pick(ctx)
-	if sl == nil {
-		return
-	}
-	c := s.g.Get(sl.id)
-	// Keep at least two candidates up, so the fencing token never goes
-	// backwards (the contract: while any candidate that saw the Lease runs).
-	if (kind == "sigkill" || kind == "sigterm") && s.up() <= 2 {
-		kind = "sigstop"
-	}
-	s.count(kind)
-	sl.mu.Lock()
-	sl.pending = true
-	sl.mu.Unlock()
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer func() { sl.mu.Lock(); sl.pending = false; sl.mu.Unlock() }()
-		switch kind {
-		case "sigstop":
-			d := s.dur(s.o.timings.RetryPeriod, 2*s.o.timings.LeaseDuration)
-			if leading := c.Token(context.Background()); leading.Valid() && s.intn(4) != 0 {
-				// mostly long enough for a takeover, so the late write meets a higher token
-				d = s.dur(s.o.timings.LeaseDuration+time.Second, 2*s.o.timings.LeaseDuration+time.Second)
-			}
-			_ = c.Pause()
-			sl.mu.Lock()
-			sl.paused, sl.resume = true, make(chan struct{})
-			// Was the writer busy writing with a token when the pod froze?
-			inFlight := sl.lastInstance == c.Instance && time.Since(sl.lastTokenAt) < 200*time.Millisecond
-			heldToken := sl.lastToken
-			sl.mu.Unlock()
-			s.logf("fault: SIGSTOP %s for %v", c.Instance, d.Round(time.Millisecond))
-			time.Sleep(d)
-			_ = c.Resume()
-			sl.mu.Lock()
-			sl.paused = false
-			close(sl.resume)
-			sl.mu.Unlock()
-			if inFlight {
-				s.lateWrite(c.Instance, heldToken)
-			}
-		case "sigkill", "sigterm":
-			sl.mu.Lock()
-			sl.down = true
-			sl.mu.Unlock()
-			if kind == "sigkill" {
-				_ = c.Kill()
-			} else {
-				_ = c.Terminate()
-			}
-			code, _ := c.Wait(5 * time.Second)
-			d := s.dur(0, 2*s.o.timings.LeaseDuration)
-			s.logf("fault: %s %s (exit %d), restart in %v", strings.ToUpper(kind), c.Instance, code, d.Round(time.Millisecond))
-			time.Sleep(d)
-			s.restart(sl)
-		case "restart":
-			_ = c.Terminate()
-			code, _ := c.Wait(5 * time.Second)
-			s.logf("fault: restart %s (exit %d)", c.Instance, code)
-			s.restart(sl)
-		}
-	}()
 }
 
 // lateWrite sends the write a frozen writer had in flight, with the token it
@@ -457,4 +266,66 @@ func (s *soak) lateWrite(instance string, token int64) {
 		result = "error: " + err.Error()
 	}
 	s.logf("late write by %s with token %d after the pause: %s", instance, token, result)
+}
+
+func (s *soak) highest() int64 {
+	h, _, _ := s.store.Read(context.Background())
+	return h
+}
+
+// pick returns a slot that is up and has no fault in progress, preferring
+// the leader half of the time; nil if none.
+func (s *soak) pick(ctx context.Context) *slot {
+	candidates := s.available()
+	if len(candidates) == 0 {
+		return nil
+	}
+	if s.intn(2) == 0 {
+		for _, l := range s.g.Leaders(ctx) {
+			for _, sl := range candidates {
+				if sl.id == l.Identity() {
+					return sl
+				}
+			}
+		}
+	}
+	return candidates[s.intn(len(candidates))]
+}
+
+// inject starts a random fault (faults.go; deletion.go, handedits.go).
+func (s *soak) inject(ctx context.Context) {
+	kinds := []string{"sigkill", "sigstop", "sigterm", "restart", "apiserver-restart", "lease-delete", "handoff-delete", "partition-delete", "hand-clear", "recreate-free", "db-restart"}
+	weights := []int{3, 3, 2, 2, 1, 1, 3, 2, 2, 2, 0}
+	if s.db.restart != nil {
+		weights[len(weights)-1] = 1
+	}
+	kind := s.drawFault(kinds, weights)
+	if s.injectSoakFault(kind) {
+		return
+	}
+	switch kind {
+	case "lease-delete":
+		if s.apiDown.Load() {
+			return
+		}
+		s.count(kind)
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := s.cp.Client.CoordinationV1().Leases(s.ns).Delete(dctx, "chaos", metav1.DeleteOptions{})
+		cancel()
+		s.logf("fault: Lease deleted (%v)", err)
+		return
+	case "handoff-delete", "partition-delete":
+		s.injectDeletion(ctx, kind)
+		return
+	case "hand-clear", "recreate-free":
+		s.injectHandEdit(ctx, kind)
+		return
+	}
+	sl := s.pick(ctx)
+	if sl == nil {
+		return
+	}
+	c := s.g.Get(sl.id)
+	leading := func() bool { return c.Token(context.Background()).Valid() }
+	s.processFault(sl, c, kind, leading, s.freeze)
 }

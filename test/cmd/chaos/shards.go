@@ -117,7 +117,7 @@ func runShards(ctx context.Context, o options) (bool, error) {
 	}
 	fctx, stopFaults := context.WithTimeout(ctx, o.duration)
 	s.restartDBMidRun(fctx, nil)
-	ss.faultLoop(fctx)
+	s.faultLoop(fctx, ss.inject, nil)
 	stopFaults()
 	s.settle("set")
 	if err := ss.waitAllOwned(context.Background(), 60*time.Second); err != nil {
@@ -167,12 +167,8 @@ func (ss *shardSoak) writer(ctx context.Context, sl *slot) {
 		sl.mu.Lock()
 		paused, resume := sl.paused, sl.resume
 		sl.mu.Unlock()
-		if paused && resume != nil {
-			select { // frozen with the tokens in hand, like its process
-			case <-resume:
-			case <-ctx.Done():
-				return
-			}
+		if !thawed(ctx, paused, resume) { // frozen with the tokens in hand, like its process
+			return
 		}
 		for _, h := range held {
 			_, _ = ss.write(&conn, h, c.Instance) // counted by write
@@ -220,26 +216,6 @@ func (ss *shardSoak) write(conn **pgx.Conn, h heldShard, writer string) (accepte
 	return false, err
 }
 
-// faultLoop injects a random fault every ~faultEvery until ctx ends.
-func (ss *shardSoak) faultLoop(ctx context.Context) {
-	next := time.Now()
-	lastReport := time.Now()
-	for {
-		next = next.Add(ss.dur(ss.o.faultEvery/2, ss.o.faultEvery*3/2))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Until(next)):
-		}
-		ss.inject()
-		if time.Since(lastReport) > 10*time.Second {
-			lastReport = time.Now()
-			ss.logf("progress: writes %d (accepted %d, stale %d, errors %d, of them during a database restart %d)",
-				ss.attempted.Load(), ss.accepted.Load(), ss.stale.Load(), ss.writeErrs.Load(), ss.dbRestartErrs.Load())
-		}
-	}
-}
-
 // shardFaults and their weights: the single-Lease soak's faults that apply
 // to a set (no Lease deletions or hand edits: a shard set's Leases are its own).
 var (
@@ -248,149 +224,53 @@ var (
 )
 
 func (ss *shardSoak) inject() {
-	total := 0
-	for _, w := range shardFaultWeights {
-		total += w
-	}
-	r := ss.intn(total)
-	kind := shardFaults[0]
-	for i, w := range shardFaultWeights {
-		if r < w {
-			kind = shardFaults[i]
-			break
-		}
-		r -= w
-	}
-	switch kind {
-	case "db-restart":
-		if !ss.dbDown.Load() {
-			ss.bg.Add(1)
-			go func() { defer ss.bg.Done(); ss.restartDB() }()
-		}
-		return
-	case "apiserver-restart":
-		ss.injectAPIServerRestart()
+	kind := ss.drawFault(shardFaults, shardFaultWeights)
+	if ss.injectSoakFault(kind) {
 		return
 	}
-	var sl *slot
-	var candidates []*slot
-	for _, x := range ss.slots {
-		x.mu.Lock()
-		if !x.down && !x.pending {
-			candidates = append(candidates, x)
-		}
-		x.mu.Unlock()
-	}
+	candidates := ss.available()
 	if len(candidates) == 0 {
 		return
 	}
-	sl = candidates[ss.intn(len(candidates))]
+	sl := candidates[ss.intn(len(candidates))]
 	c := ss.g.Get(sl.id)
 	if c == nil {
 		return
 	}
-	// Keep at least two candidates up, so a shard's token never goes back
-	// (the contract: while any member that saw the set runs).
-	if (kind == "sigkill" || kind == "sigterm") && ss.up() <= 2 {
-		kind = "sigstop"
-	}
-	ss.count(kind)
-	sl.mu.Lock()
-	sl.pending = true
-	sl.mu.Unlock()
-	ss.bg.Add(1)
-	go func() {
-		defer ss.bg.Done()
-		defer func() { sl.mu.Lock(); sl.pending = false; sl.mu.Unlock() }()
-		switch kind {
-		case "sigstop":
-			ss.freeze(sl, c)
-		case "sigkill", "sigterm":
-			sl.mu.Lock()
-			sl.down = true
-			sl.mu.Unlock()
-			if kind == "sigkill" {
-				_ = c.Kill()
-			} else {
-				_ = c.Terminate()
-			}
-			code, _ := c.Wait(5 * time.Second)
-			d := ss.dur(0, 2*ss.o.timings.LeaseDuration)
-			ss.logf("fault: %s %s (exit %d), restart in %v", kind, c.Instance, code, d.Round(time.Millisecond))
-			time.Sleep(d)
-			ss.restart(sl)
-		case "restart":
-			_ = c.Terminate()
-			code, _ := c.Wait(5 * time.Second)
-			ss.logf("fault: restart %s (exit %d)", c.Instance, code)
-			ss.restart(sl)
-		}
-	}()
+	ss.processFault(sl, c, kind, func() bool { return true }, ss.freeze)
 }
 
-// freeze SIGSTOPs c (its writer freezes with it), mostly for longer than
-// the lease so its shards move; a writer that had just got its tokens
-// writes them late after the SIGCONT.
-func (ss *shardSoak) freeze(sl *slot, c *framework.Candidate) {
-	d := ss.dur(ss.o.timings.RetryPeriod, 2*ss.o.timings.LeaseDuration)
-	if ss.intn(4) != 0 {
-		d = ss.dur(ss.o.timings.LeaseDuration+time.Second, 2*ss.o.timings.LeaseDuration+time.Second)
-	}
-	_ = c.Pause()
-	sl.mu.Lock()
-	sl.paused, sl.resume = true, make(chan struct{})
-	sl.mu.Unlock()
+// freeze SIGSTOPs c (its writer freezes with it) and returns the SIGCONT;
+// a writer that had just got its tokens writes them late after it.
+func (ss *shardSoak) freeze(sl *slot, c *framework.Candidate) func() {
+	sl.pause(c)
 	ss.heldMu.Lock()
 	h := ss.held[sl.id]
 	ss.heldMu.Unlock()
 	inFlight := h.instance == c.Instance && time.Since(h.at) < 200*time.Millisecond
-	ss.logf("fault: SIGSTOP %s for %v", c.Instance, d.Round(time.Millisecond))
-	time.Sleep(d)
-	_ = c.Resume()
-	sl.mu.Lock()
-	sl.paused = false
-	close(sl.resume)
-	sl.mu.Unlock()
-	if !inFlight {
-		return
+	return func() {
+		sl.unpause(c)
+		if inFlight {
+			ss.lateWrites(c.Instance, h.shards)
+		}
 	}
+}
+
+// lateWrites sends the writes a frozen writer had in flight, with the
+// tokens it held before the pause.
+func (ss *shardSoak) lateWrites(instance string, shards []heldShard) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
 			_ = conn.Close(context.Background())
 		}
 	}()
-	for _, x := range h.shards {
-		ok, err := ss.write(&conn, x, c.Instance)
+	for _, x := range shards {
+		ok, err := ss.write(&conn, x, instance)
 		result := "accepted (the shard did not move during the pause)"
 		if !ok {
 			result = "rejected: " + errOr(err, "?")
 		}
-		ss.logf("late write by %s on shard %d with token %d after the pause: %s", c.Instance, x.index, x.token, result)
+		ss.logf("late write by %s on shard %d with token %d after the pause: %s", instance, x.index, x.token, result)
 	}
-}
-
-func (ss *shardSoak) injectAPIServerRestart() {
-	if !ss.apiDown.CompareAndSwap(false, true) {
-		return
-	}
-	ss.count("apiserver-restart")
-	down := ss.dur(time.Second, 2*ss.o.timings.LeaseDuration)
-	crash := ss.intn(2) == 0
-	ss.bg.Add(1)
-	go func() {
-		defer ss.bg.Done()
-		defer ss.apiDown.Store(false)
-		var err error
-		if crash {
-			err = ss.cp.KillAPIServer()
-		} else {
-			err = ss.cp.StopAPIServer(time.Second)
-		}
-		ss.logf("fault: apiserver %s for %v (%v)", map[bool]string{true: "SIGKILLed", false: "stopped"}[crash], down.Round(time.Millisecond), err)
-		time.Sleep(down)
-		if err := ss.cp.StartAPIServer(); err != nil {
-			ss.logf("apiserver restart failed: %v", err)
-		}
-	}()
 }
