@@ -92,11 +92,16 @@ func TestShardsAndShardTokenAgainstTheSidecar(t *testing.T) {
 		t.Fatalf("Shards: %+v", s)
 	}
 	if o := s.Owned[1]; o.Index != 5 || o.Token != 9 || o.Lease != "team/queue-5" || o.LeaseUID != "uid-f" ||
-		o.Deadline.Before(before.Add(9*time.Second)) || o.Deadline.After(time.Now().Add(10*time.Second)) {
+		o.Deadline.Before(before.Add(10*time.Second)) || o.Deadline.After(time.Now().Add(10*time.Second)) {
 		t.Fatalf("shard 5: %+v", o)
 	}
+	// The fake answers expiresInMs 10000: the Deadline is the request's
+	// send plus 10 s, which lies between these two instants plus 10 s.
+	before = time.Now()
 	tok, err := c.ShardToken(ctx, 5)
-	if err != nil || tok.Token != 9 || tok.Index != 5 || tok.Fencing().Value != 9 || tok.Fencing().LeaseUID != "uid-f" || time.Until(tok.Deadline) < 9*time.Second {
+	after := time.Now()
+	if err != nil || tok.Token != 9 || tok.Index != 5 || tok.Fencing().Value != 9 || tok.Fencing().LeaseUID != "uid-f" ||
+		tok.Deadline.Before(before.Add(10*time.Second)) || tok.Deadline.After(after.Add(10*time.Second)) {
 		t.Fatalf("ShardToken(5): %+v %v", tok, err)
 	}
 	_, err = c.ShardToken(ctx, 4)
