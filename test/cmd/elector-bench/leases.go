@@ -195,6 +195,36 @@ type procUsage struct {
 	PeakRSSBytes int64   `json:"peakRssBytes"` // VmHWM: since the process started
 }
 
+// cpu and rss are u's figures, NaN when it was not measured (nil);
+// cpuCell and rssCell the same as table cells ("n/a").
+func (u *procUsage) cpu() float64 {
+	if u == nil {
+		return math.NaN()
+	}
+	return u.CPUPerSecond
+}
+
+func (u *procUsage) rss() float64 {
+	if u == nil {
+		return math.NaN()
+	}
+	return float64(u.RSSBytes)
+}
+
+func (u *procUsage) cpuCell() string {
+	if u == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3f", u.CPUPerSecond)
+}
+
+func (u *procUsage) rssCell() string {
+	if u == nil {
+		return "n/a"
+	}
+	return fmtMiB(float64(u.RSSBytes))
+}
+
 type cpuMark struct {
 	pid  int
 	cpu  float64
@@ -476,30 +506,6 @@ func leasesRows(r *LeasesResult) []Row {
 		b = &LeasesKindResult{PerSecond: verbCounts{}, Handoff: Dist{P50: math.NaN(), P99: math.NaN()}}
 	}
 	n := fmt.Sprintf("%d Leases x %d", r.Leases, r.Candidates)
-	cpu := func(u *procUsage) float64 {
-		if u == nil {
-			return math.NaN()
-		}
-		return u.CPUPerSecond
-	}
-	rss := func(u *procUsage) float64 {
-		if u == nil {
-			return math.NaN()
-		}
-		return float64(u.RSSBytes)
-	}
-	cpuCell := func(u *procUsage) string {
-		if u == nil {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.3f", u.CPUPerSecond)
-	}
-	rssCell := func(u *procUsage) string {
-		if u == nil {
-			return "n/a"
-		}
-		return fmtMiB(float64(u.RSSBytes))
-	}
 	ms := func(d Dist, v float64) string {
 		if d.N == 0 {
 			return "n/a"
@@ -526,17 +532,17 @@ func leasesRows(r *LeasesResult) []Row {
 			Ratio: ratio(o.PerSecond.total(), b.PerSecond.total())}, o.PerSecond.total(), b.PerSecond.total()),
 		{Metric: n + ": by verb, req/s", Ours: o.PerSecond.String(), Baseline: b.PerSecond.String()},
 		stable,
-		noWorse(goalLeasesCPU, Row{Metric: n + ": kube-apiserver CPU, s/s", Ours: cpuCell(o.APIServer), Baseline: cpuCell(b.APIServer), Ratio: ratio(cpu(o.APIServer), cpu(b.APIServer))},
-			cpu(o.APIServer), cpu(b.APIServer)),
-		noWorse(goalLeasesRSS, Row{Metric: n + ": kube-apiserver RSS at the end of the window", Ours: rssCell(o.APIServer), Baseline: rssCell(b.APIServer), Ratio: ratio(rss(o.APIServer), rss(b.APIServer))},
-			rss(o.APIServer), rss(b.APIServer)),
+		noWorse(goalLeasesCPU, Row{Metric: n + ": kube-apiserver CPU, s/s", Ours: o.APIServer.cpuCell(), Baseline: b.APIServer.cpuCell(), Ratio: ratio(o.APIServer.cpu(), b.APIServer.cpu())},
+			o.APIServer.cpu(), b.APIServer.cpu()),
+		noWorse(goalLeasesRSS, Row{Metric: n + ": kube-apiserver RSS at the end of the window", Ours: o.APIServer.rssCell(), Baseline: b.APIServer.rssCell(), Ratio: ratio(o.APIServer.rss(), b.APIServer.rss())},
+			o.APIServer.rss(), b.APIServer.rss()),
 		{Metric: n + ": kube-apiserver RSS after its restart, before the candidates started", Ours: fmtMiB(float64(o.APIServerFreshRSS)), Baseline: fmtMiB(float64(b.APIServerFreshRSS))},
-		{Metric: n + ": etcd CPU, s/s", Ours: cpuCell(o.Etcd), Baseline: cpuCell(b.Etcd), Ratio: ratio(cpu(o.Etcd), cpu(b.Etcd))},
+		{Metric: n + ": etcd CPU, s/s", Ours: o.Etcd.cpuCell(), Baseline: b.Etcd.cpuCell(), Ratio: ratio(o.Etcd.cpu(), b.Etcd.cpu())},
 		{Metric: n + ": open Lease watches at the apiserver (incl. its own and the bench's)", Ours: fmtNum(o.LeaseWatches), Baseline: fmtNum(b.LeaseWatches)},
 		noWorse(goalLeasesHandoff, Row{Metric: fmt.Sprintf("%s: handoff p99 (leader stopped -> another candidate holds the Lease, n=%d)", n, o.Handoff.N), Ours: ms(o.Handoff, o.Handoff.P99), Baseline: ms(b.Handoff, b.Handoff.P99),
 			Ratio: ratio(o.Handoff.P99, b.Handoff.P99)}, o.Handoff.P99, b.Handoff.P99),
 		{Metric: n + ": handoff p50", Ours: ms(o.Handoff, o.Handoff.P50), Baseline: ms(b.Handoff, b.Handoff.P50), Ratio: ratio(o.Handoff.P50, b.Handoff.P50)},
-		{Metric: n + ": all candidates in one process (simulation): its CPU s/s, RSS", Ours: hostCell(o.Host), Baseline: hostCell(b.Host), Ratio: ratio(cpu(o.Host), cpu(b.Host))},
+		{Metric: n + ": all candidates in one process (simulation): its CPU s/s, RSS", Ours: hostCell(o.Host), Baseline: hostCell(b.Host), Ratio: ratio(o.Host.cpu(), b.Host.cpu())},
 		{Metric: n + ": start until every Lease held", Ours: fmt.Sprintf("%.0f s", o.StartSeconds), Baseline: fmt.Sprintf("%.0f s", b.StartSeconds)},
 	}
 	if noBase {

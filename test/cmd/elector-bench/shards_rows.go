@@ -86,30 +86,6 @@ func shardsRows(r *ShardsResult) []Row {
 		}
 		return fmtNum(v)
 	}
-	cpu := func(u *procUsage) float64 {
-		if u == nil {
-			return math.NaN()
-		}
-		return u.CPUPerSecond
-	}
-	rss := func(u *procUsage) float64 {
-		if u == nil {
-			return math.NaN()
-		}
-		return float64(u.RSSBytes)
-	}
-	cpuCell := func(u *procUsage) string {
-		if u == nil {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.3f", u.CPUPerSecond)
-	}
-	rssCell := func(u *procUsage) string {
-		if u == nil {
-			return "n/a"
-		}
-		return fmtMiB(float64(u.RSSBytes))
-	}
 	// judge applies g when both sides were measured (or g needs no baseline).
 	judge := func(g *Goal, row Row, ours, base float64) Row {
 		if !math.IsNaN(ours) && !math.IsNaN(base) {
@@ -132,15 +108,15 @@ func shardsRows(r *ShardsResult) []Row {
 		{Metric: n + ": by verb, req/s (apiserver_request_total, minus other namespaces' Lease writes)", Ours: o.PerSecond.String(), Baseline: b.PerSecond.String()},
 		{Metric: n + ": shard Leases that changed hands in the window", Ours: num(o, float64(o.HandsChanged)), Baseline: num(b, float64(b.HandsChanged))},
 		{Metric: n + ": shards served at the window's end (distinct, in the members' GET /shards)", Ours: num(o, float64(o.ServedAtEnd)), Baseline: num(b, float64(b.ServedAtEnd))},
-		judge(goalShardsCPU, Row{Metric: n + ": kube-apiserver CPU, s/s", Ours: cpuCell(o.APIServer), Baseline: cpuCell(b.APIServer), Ratio: ratio(cpu(o.APIServer), cpu(b.APIServer))},
-			cpu(o.APIServer), cpu(b.APIServer)),
-		judge(goalShardsRSS, Row{Metric: n + ": kube-apiserver RSS at the end of the window", Ours: rssCell(o.APIServer), Baseline: rssCell(b.APIServer), Ratio: ratio(rss(o.APIServer), rss(b.APIServer))},
-			rss(o.APIServer), rss(b.APIServer)),
+		judge(goalShardsCPU, Row{Metric: n + ": kube-apiserver CPU, s/s", Ours: o.APIServer.cpuCell(), Baseline: b.APIServer.cpuCell(), Ratio: ratio(o.APIServer.cpu(), b.APIServer.cpu())},
+			o.APIServer.cpu(), b.APIServer.cpu()),
+		judge(goalShardsRSS, Row{Metric: n + ": kube-apiserver RSS at the end of the window", Ours: o.APIServer.rssCell(), Baseline: b.APIServer.rssCell(), Ratio: ratio(o.APIServer.rss(), b.APIServer.rss())},
+			o.APIServer.rss(), b.APIServer.rss()),
 		{Metric: n + ": kube-apiserver RSS after its restart, before the members started", Ours: fmtMiB(float64(o.APIServerFreshRSS)), Baseline: fmtMiB(float64(b.APIServerFreshRSS))},
-		{Metric: n + ": etcd CPU, s/s", Ours: cpuCell(o.Etcd), Baseline: cpuCell(b.Etcd), Ratio: ratio(cpu(o.Etcd), cpu(b.Etcd))},
+		{Metric: n + ": etcd CPU, s/s", Ours: o.Etcd.cpuCell(), Baseline: b.Etcd.cpuCell(), Ratio: ratio(o.Etcd.cpu(), b.Etcd.cpu())},
 		judge(goalShardsWatches, Row{Metric: n + ": Lease watches the members hold (apiserver_longrunning_requests: the window's median, read every second, minus before they started)", Ours: watchesCell(o), Baseline: watchesCell(b)},
 			nanIf(measured(o), o.Watches), members),
-		{Metric: n + ": the members' CPU s/s, RSS (summed)", Ours: hostCell(o.Members), Baseline: hostCell(b.Members), Ratio: ratio(cpu(o.Members), cpu(b.Members))},
+		{Metric: n + ": the members' CPU s/s, RSS (summed)", Ours: hostCell(o.Members), Baseline: hostCell(b.Members), Ratio: ratio(o.Members.cpu(), b.Members.cpu())},
 		{Metric: n + ": start until every shard Lease is held (ours: and every shard served once, at a fair share)", Ours: startCell(o), Baseline: startCell(b)},
 	}
 	rows = append(rows, joinRows(r, o.Join, b.Join)...)
