@@ -84,52 +84,10 @@ func FuzzHandler(f *testing.F) {
 		}
 		h := NewHandler(el, metrics, opts...)
 
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		req := (&http.Request{
-			Method: method, URL: &url.URL{Path: path, RawQuery: query},
-			Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: http.Header{}, Host: "127.0.0.1:4040", RemoteAddr: "127.0.0.1:50000", Body: http.NoBody,
-		}).WithContext(ctx)
-		for k, v := range map[string]string{"If-None-Match": ifNoneMatch, "Last-Event-ID": lastEventID, "Accept": accept} {
-			if v != "" {
-				req.Header.Set(k, v)
-			}
-		}
-		// The content of a body does not matter (no endpoint reads it), its
-		// length does.
-		body := bytes.Repeat([]byte{'x'}, int(bodyLen))
-		if len(body) > 0 {
-			req.Body = io.NopCloser(bytes.NewReader(body))
-			req.ContentLength = int64(len(body))
-			if chunked {
-				req.ContentLength = -1
-			}
-		}
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-
+		h.ServeHTTP(rec, fuzzRequest(method, path, query, ifNoneMatch, lastEventID, accept, bodyLen, chunked))
+		checkAnyAnswer(t, h, rec)
 		code, got := rec.Code, rec.Body.Bytes()
-		if code < 200 || code > 599 || http.StatusText(code) == "" {
-			t.Fatalf("status %d", code)
-		}
-		if n := h.waiters.Load(); n != 0 {
-			t.Fatalf("%d stream or long-poll slots still taken after the request", n)
-		}
-		if code >= 400 && len(got) > 0 {
-			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
-				t.Fatalf("%d with Content-Type %q: %q", code, ct, got)
-			}
-			var e struct {
-				Error *string `json:"error"`
-			}
-			if err := json.Unmarshal(got, &e); err != nil || e.Error == nil || *e.Error == "" {
-				t.Fatalf("%d body is not a JSON error (%v): %q", code, err, got)
-			}
-		}
-		if code == http.StatusMethodNotAllowed && rec.Header().Get("Allow") == "" {
-			t.Fatal("405 without Allow")
-		}
 		if !status.IsLeader {
 			if path == "/token" && code == http.StatusOK {
 				t.Fatalf("GET /token answered 200 to a pod that does not lead: %q", got)
@@ -143,16 +101,70 @@ func FuzzHandler(f *testing.F) {
 		if el.released > 0 && (rejected || method != http.MethodPost || path != "/release") {
 			t.Fatalf("%s %s?%s answered %d and released the lease", method, path, query, code)
 		}
-		if code == http.StatusRequestEntityTooLarge && len(body) <= MaxRequestBodyBytes {
-			t.Fatalf("413 for a body of %d bytes", len(body))
+		if code == http.StatusRequestEntityTooLarge && int(bodyLen) <= MaxRequestBodyBytes {
+			t.Fatalf("413 for a body of %d bytes", bodyLen)
 		}
 		_, routed := h.routes[path]
-		if routed && !chunked && len(body) > MaxRequestBodyBytes && code != http.StatusRequestEntityTooLarge &&
+		if routed && !chunked && int(bodyLen) > MaxRequestBodyBytes && code != http.StatusRequestEntityTooLarge &&
 			code != http.StatusMethodNotAllowed {
-			t.Fatalf("%s %s with a body of %d bytes answered %d, want 413", method, path, len(body), code)
+			t.Fatalf("%s %s with a body of %d bytes answered %d, want 413", method, path, bodyLen, code)
 		}
 		if strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") && code != http.StatusOK {
 			t.Fatalf("stream with status %d", code)
 		}
 	})
+}
+
+// fuzzRequest is a fuzz case's request, its context already canceled (a
+// stream or a long-poll returns at once). The content of a body does not
+// matter (no endpoint reads it), its length does.
+func fuzzRequest(method, path, query, ifNoneMatch, lastEventID, accept string, bodyLen uint16, chunked bool) *http.Request {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := (&http.Request{
+		Method: method, URL: &url.URL{Path: path, RawQuery: query},
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{}, Host: "127.0.0.1:4040", RemoteAddr: "127.0.0.1:50000", Body: http.NoBody,
+	}).WithContext(ctx)
+	for k, v := range map[string]string{"If-None-Match": ifNoneMatch, "Last-Event-ID": lastEventID, "Accept": accept} {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	if bodyLen > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(bytes.Repeat([]byte{'x'}, int(bodyLen))))
+		req.ContentLength = int64(bodyLen)
+		if chunked {
+			req.ContentLength = -1
+		}
+	}
+	return req
+}
+
+// checkAnyAnswer holds every answer of h, whatever the request, to a real
+// status, every stream and long-poll slot given back, a JSON error as the
+// body of a 4xx or 5xx, and an Allow header with a 405.
+func checkAnyAnswer(t *testing.T, h *Handler, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	code, got := rec.Code, rec.Body.Bytes()
+	if code < 200 || code > 599 || http.StatusText(code) == "" {
+		t.Fatalf("status %d", code)
+	}
+	if n := h.waiters.Load(); n != 0 {
+		t.Fatalf("%d stream or long-poll slots still taken after the request", n)
+	}
+	if code >= 400 && len(got) > 0 {
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("%d with Content-Type %q: %q", code, ct, got)
+		}
+		var e struct {
+			Error *string `json:"error"`
+		}
+		if err := json.Unmarshal(got, &e); err != nil || e.Error == nil || *e.Error == "" {
+			t.Fatalf("%d body is not a JSON error (%v): %q", code, err, got)
+		}
+	}
+	if code == http.StatusMethodNotAllowed && rec.Header().Get("Allow") == "" {
+		t.Fatal("405 without Allow")
+	}
 }
