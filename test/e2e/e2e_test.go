@@ -685,27 +685,7 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 	t.Logf("helm upgrade (pod annotation e2e-rollout=%s)", rollout)
 
 	// Rolled out: 3 Ready pods, all from the new template, no old pod left.
-	var last string
-	err := framework.Poll(context.Background(), time.Second, 5*time.Minute, func(ctx context.Context) (bool, error) {
-		pods, err := r.pods(ctx)
-		if err != nil {
-			return false, nil
-		}
-		var states []string
-		ok := len(pods) == replicas
-		for i := range pods {
-			p := &pods[i]
-			states = append(states, podSummary(p))
-			if !podReady(p) || p.Annotations["e2e-rollout"] != rollout {
-				ok = false
-			}
-		}
-		last = strings.Join(states, "; ")
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("rollout not finished: %v; pods: %s", err, last)
-	}
+	r.waitRolledOut(context.Background(), replicas, rollout, 5*time.Minute)
 	timing(t, "helm upgrade -> all pods replaced and Ready", time.Since(start))
 	waitRounds(3, "after the rollout")
 	stopSampler()

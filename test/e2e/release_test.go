@@ -232,6 +232,33 @@ func (r *release) pods(ctx context.Context) ([]corev1.Pod, error) {
 	return l.Items, nil
 }
 
+// waitRolledOut waits up to limit for a finished rollout: replicas Ready
+// pods, all from the template with the pod annotation e2e-rollout=rollout,
+// no old pod left; it fails the test with the pods' states if not.
+func (r *release) waitRolledOut(ctx context.Context, replicas int, rollout string, limit time.Duration) {
+	r.t.Helper()
+	var last string
+	if err := framework.Poll(ctx, time.Second, limit, func(ctx context.Context) (bool, error) {
+		pods, err := r.pods(ctx)
+		if err != nil {
+			return false, nil
+		}
+		var states []string
+		ok := len(pods) == replicas
+		for i := range pods {
+			p := &pods[i]
+			states = append(states, podSummary(p))
+			if !podReady(p) || p.Annotations["e2e-rollout"] != rollout {
+				ok = false
+			}
+		}
+		last = strings.Join(states, "; ")
+		return ok, nil
+	}); err != nil {
+		r.t.Fatalf("rollout not finished: %v; pods: %s", err, last)
+	}
+}
+
 func podReady(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 		return false

@@ -147,26 +147,7 @@ election:
 	start = time.Now()
 	helmRun("upgrade", "--values", rolloutValues)
 	t.Logf("helm upgrade (pod annotation e2e-rollout=%s)", rollout)
-	var last string
-	if err := framework.Poll(ctx, time.Second, 6*time.Minute, func(ctx context.Context) (bool, error) {
-		pods, err := r.pods(ctx)
-		if err != nil {
-			return false, nil
-		}
-		var states []string
-		ok := len(pods) == replicas
-		for i := range pods {
-			p := &pods[i]
-			states = append(states, podSummary(p))
-			if !podReady(p) || p.Annotations["e2e-rollout"] != rollout {
-				ok = false
-			}
-		}
-		last = strings.Join(states, "; ")
-		return ok, nil
-	}); err != nil {
-		t.Fatalf("rollout not finished: %v; pods: %s", err, last)
-	}
+	r.waitRolledOut(ctx, replicas, rollout, 6*time.Minute)
 	timing(t, "helm upgrade -> all pods replaced and Ready", time.Since(start))
 	after, afterTokens, newPods := pf.waitSettledShards(set, shardCount, replicas, 3*time.Minute)
 	timing(t, "helm upgrade -> 16 shards settled on the new pods", time.Since(start))
