@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
-	"github.com/elector-sidecar/elector-sidecar/test/framework/dbserver"
 )
 
 // The shard workers' scenario: a set of shardCount shards over three
@@ -127,13 +126,7 @@ func shardScenario(t *testing.T, name, workerPrefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	root := repoRoot(t)
-	binDir, err := dbserver.PostgresBinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := dbserver.Postgres(t)
-	dbEnv := []string{"DATABASE_URL=" + srv.URL, "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
-	runCommand(t, readmeCommand(t, "psql "), dbEnv)
+	srv, _, dbEnv := readmeDatabase(t)
 	if name == "go" {
 		runCommand(t, readmeCommand(t, "go build -o bin/go-shard-worker "), nil)
 	}

@@ -155,17 +155,27 @@ func rows(ctx context.Context, conn *pgx.Conn) ([]row, error) {
 	})
 }
 
-func lateWriteScenario(t *testing.T, name, workerPrefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	root := repoRoot(t)
+// readmeDatabase starts a throwaway PostgreSQL and runs the README's psql
+// command against it (the fence's migration and the examples' table): the
+// database, the directory of its client programs and the environment the
+// README's commands run in.
+func readmeDatabase(t *testing.T) (srv *dbserver.Server, binDir string, dbEnv []string) {
+	t.Helper()
 	binDir, err := dbserver.PostgresBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := dbserver.Postgres(t)
-	dbEnv := []string{"DATABASE_URL=" + srv.URL, "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+	srv = dbserver.Postgres(t)
+	dbEnv = []string{"DATABASE_URL=" + srv.URL, "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
 	runCommand(t, readmeCommand(t, "psql "), dbEnv)
+	return srv, binDir, dbEnv
+}
+
+func lateWriteScenario(t *testing.T, name, workerPrefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	root := repoRoot(t)
+	srv, binDir, dbEnv := readmeDatabase(t)
 	if name == "go" {
 		buildGoWorker.Do(func() { runCommand(t, readmeCommand(t, "go build -o bin/go-worker "), nil) })
 		if _, err := os.Stat(filepath.Join(root, "bin", "go-worker")); err != nil {
