@@ -305,12 +305,7 @@ func (s *Set) readSession(ctx context.Context, ref SessionRef) {
 		}
 		return
 	}
-	m := s.members[ref.Lease]
-	if m == nil {
-		m = &member{ended: map[SessionRef]ending{}}
-		m.firstObs = now
-		s.members[ref.Lease] = m
-	}
+	m := s.member(ref.Lease, now)
 	if _, ok := m.ended[ref]; !ok && m.cur != ref {
 		m.ended[ref] = ending{at: now, wait: max(s.cfg.LeaseDuration, durationOf(got))}
 	}

@@ -110,13 +110,18 @@ func (s *Set) observe(l *coordinationv1.Lease, deleted, unknown bool, now time.T
 	if l.Labels[RoleLabel] != RoleMember {
 		return
 	}
-	m := s.members[l.Name]
+	s.observeMember(s.member(l.Name, now), l, deleted, unknown, now)
+}
+
+// member is session Lease name's record, created (first seen now) if new.
+func (s *Set) member(name string, now time.Time) *member {
+	m := s.members[name]
 	if m == nil {
 		m = &member{ended: map[SessionRef]ending{}}
 		m.firstObs = now
-		s.members[l.Name] = m
+		s.members[name] = m
 	}
-	s.observeMember(m, l, deleted, unknown, now)
+	return m
 }
 
 // see records a new version (nil: deleted) of v; false: nothing changed.
