@@ -1,9 +1,16 @@
 package sidecar
 
 import (
+	"context"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestRestConfigTakesTheRateLimitFlags: --kube-api-qps and --kube-api-burst reach the client's
@@ -44,6 +51,43 @@ func TestRestConfigAsksForProtobufAndAcceptsJSON(t *testing.T) {
 	}
 	if cfg.ContentType != "application/vnd.kubernetes.protobuf" || cfg.AcceptContentTypes != "application/vnd.kubernetes.protobuf,application/json" {
 		t.Errorf("RestConfig content type %q, accepts %q; want protobuf, and protobuf then JSON", cfg.ContentType, cfg.AcceptContentTypes)
+	}
+}
+
+// TestTheClientAsksTheAPIServerNotToCompress: a client that accepts gzip gets its watch events
+// compressed one by one by the API server and inflates each of them; for Lease events that is CPU on
+// both sides for nothing (docs/benchmarks.md, Scale). The watch request must not offer gzip.
+func TestTheClientAsksTheAPIServerNotToCompress(t *testing.T) {
+	cfg, err := RestConfig(writeTestKubeconfig(t), 50, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct{ watch, encoding string }
+	got := make(chan seen, 1)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case got <- seen{r.URL.Query().Get("watch"), r.Header.Get("Accept-Encoding")}:
+		default:
+		}
+		w.WriteHeader(http.StatusOK) // an empty stream: the watch ends at once
+	}))
+	defer srv.Close()
+	// Over TLS, as to any API server (client-go gives a plain-HTTP config
+	// with no TLS settings Go's default transport, which always offers gzip).
+	cfg.Host = srv.URL
+	cfg.CAData = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoordinationV1().Leases("ns").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	s := <-got
+	if s.watch != "true" || s.encoding != "" {
+		t.Errorf("the watch request (watch=%q) offered Accept-Encoding %q; want a watch offering none", s.watch, s.encoding)
 	}
 }
 
