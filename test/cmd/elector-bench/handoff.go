@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +50,15 @@ type TrialsResult struct {
 	// window: the old leader's release, the acquiring attempts, and the
 	// apiserver's own (~0.1/s).
 	Writes []float64 `json:"leaseWritesEachHandoff,omitempty"`
-	Error  string    `json:"error,omitempty"`
+	// FollowersCPU and APIServerCPU (when counted): the CPU time, in
+	// seconds, the other candidates (all together) and the kube-apiserver
+	// spent during each handoff, from the trigger to the new leader's
+	// acquisition (procRunSeconds): on one machine, what the successor's
+	// acquisition queues behind (each follower waking on the Lease's
+	// changes, the apiserver sending them; client-go's polls meanwhile).
+	FollowersCPU []float64 `json:"followersCpuSecondsEachHandoff,omitempty"`
+	APIServerCPU []float64 `json:"apiserverCpuSecondsEachHandoff,omitempty"`
+	Error        string    `json:"error,omitempty"`
 }
 
 // leaseWatcher records when each version of one Lease became visible to a
@@ -188,10 +200,12 @@ func (p *pool) trials(ctx context.Context, leader *framework.Candidate, mode str
 		p.drain()
 		var err error
 		var before verbCounts
+		var followersBefore, apiBefore float64
 		if p.countRequests {
 			if before, err = e.scrapeLeasesBy(ctx, true); err != nil {
 				return finish(err)
 			}
+			followersBefore, apiBefore = p.followersCPU(leader), e.apiserverCPU()
 		}
 		releaseErr := make(chan error, 1)
 		var replaced chan error
@@ -217,6 +231,10 @@ func (p *pool) trials(ctx context.Context, leader *framework.Candidate, mode str
 		}
 		lat := ev.at.Sub(t0)
 		lats = append(lats, lat)
+		if p.countRequests {
+			res.FollowersCPU = append(res.FollowersCPU, p.followersCPU(leader)-followersBefore)
+			res.APIServerCPU = append(res.APIServerCPU, e.apiserverCPU()-apiBefore)
+		}
 		if mode == modeKill {
 			overKill = append(overKill, lat-t.LeaseDuration)
 			// A renew in flight at the kill may land after it: the last
@@ -271,6 +289,62 @@ func (p *pool) trials(ctx context.Context, leader *framework.Candidate, mode str
 		e.progress("    %s %s trial %d/%d: %s", kind, mode, i+1, trials, fmtMs(float64(lat)/1e6))
 	}
 	return finish(nil)
+}
+
+// followersCPU is the CPU time, in seconds, that the pool's members other
+// than leader have spent so far (procRunSeconds).
+func (p *pool) followersCPU(leader *framework.Candidate) float64 {
+	p.mu.Lock()
+	members := slices.Clone(p.members)
+	p.mu.Unlock()
+	var sum float64
+	for _, c := range members {
+		if c == leader {
+			continue
+		}
+		if v, err := procRunSeconds(c.Pid()); err == nil {
+			sum += v
+		} // else: exited
+	}
+	return sum
+}
+
+// apiserverCPU is the CPU time, in seconds, the control plane's
+// kube-apiserver has spent so far (NaN: not found).
+func (e *env) apiserverCPU() float64 {
+	pid, err := findPid("kube-apiserver", e.cp.Env.ControlPlane.APIServer.CertDir)
+	if err != nil {
+		return math.NaN()
+	}
+	v, err := procRunSeconds(pid)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// procRunSeconds is the CPU time of every thread of process pid so far,
+// in seconds: the sum of /proc/PID/task/*/schedstat's first field
+// (nanoseconds on a CPU: exact, where /proc/PID/stat counts 10 ms ticks;
+// /proc/PID/schedstat is the main thread's alone).
+func procRunSeconds(pid int) (float64, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	var ns float64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+				ns += v
+			}
+		}
+	}
+	return ns / 1e9, nil
 }
 
 // waitToken waits until c's /token answers 200 (a sanity check that the

@@ -554,6 +554,21 @@ func (e *env) runScale(ctx context.Context, o *options) ([]*ScalePoint, error) {
 	return out, nil
 }
 
+// handoffCPURow is the CPU time other processes spent during a handoff
+// (median, from the trigger to the acquisition): the other candidates
+// (all together, and per candidate) and the kube-apiserver.
+func handoffCPURow(n int, o, b *TrialsResult) Row {
+	cell := func(r *TrialsResult) string {
+		f, a := NewSpread(r.FollowersCPU), NewSpread(r.APIServerCPU)
+		if f.N == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%s (%.0f µs each); apiserver %s", fmtMs(f.Median*1e3), f.Median*1e6/float64(max(n-1, 1)), fmtMs(a.Median*1e3))
+	}
+	return Row{Metric: fmt.Sprintf("%d candidates: CPU time during a SIGTERM handoff, trigger to acquisition, median: the other candidates; the kube-apiserver", n),
+		Ours: cell(o), Baseline: cell(b), Ratio: ratio(NewSpread(o.FollowersCPU).Median, NewSpread(b.FollowersCPU).Median)}
+}
+
 // scaleGoals are the goals table's, by candidates: SIGTERM handoff p50 and
 // p99 (ms) and the median Lease writes per handoff (nil: none).
 var scaleGoals = map[int]struct{ p50, p99, writes *Goal }{
@@ -617,6 +632,7 @@ func scaleRows(points []*ScalePoint) []Row {
 			Row{Metric: fmt.Sprintf("%d candidates: by verb, req/s", n), Ours: o.Steady.PerSecond.String(), Baseline: b.Steady.PerSecond.String()},
 			Row{Metric: fmt.Sprintf("%d candidates: Lease requests per handoff, by verb and code", n), Ours: o.Handoffs.PerHandoff.String(), Baseline: b.Handoffs.PerHandoff.String(),
 				Ratio: ratio(o.Handoffs.PerHandoff.total(), b.Handoffs.PerHandoff.total())},
+			handoffCPURow(n, o.Handoffs, b.Handoffs),
 			Row{Metric: fmt.Sprintf("%d candidates: total RSS", n), Ours: fmtMiB(float64(o.TotalRSS)), Baseline: fmtMiB(float64(b.TotalRSS)), Ratio: ratio(float64(o.TotalRSS), float64(b.TotalRSS))},
 		)
 		if noBase {
