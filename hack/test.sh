@@ -29,6 +29,15 @@ fi
 # Go's own closing lines ("ok", "FAIL") are what CI reads; -count=1 defeats the test cache so a
 # green run means the tests ran.
 GOTEST=(go test -count=1)
+GOTEST_IN_TEST=(go -C test test -count=1) # the test module (test/go.mod)
+
+# timed CMD...: runs CMD, then logs how long it took, so that a run's log shows where its time went.
+timed() {
+  local start
+  start=$(date +%s)
+  "$@"
+  log "$(($(date +%s) - start))s: $*"
+}
 
 tier_verify() {
   hack/verify.sh
@@ -37,36 +46,39 @@ tier_verify() {
 tier_unit() {
   # test/framework/dbserver's own test starts a real PostgreSQL and redis-server.
   hack/install-deps.sh
-  "${GOTEST[@]}" -race ./...
+  timed "${GOTEST[@]}" -race ./...
   # The election's deterministic simulator (docs/simulation.md), without the race detector: seeds 1-2000, ~15 s on 2 cores.
-  "${GOTEST[@]}" -run '^TestSimulation$' ./pkg/election -sim.seeds=2000
+  timed "${GOTEST[@]}" -run '^TestSimulation$' ./pkg/election -sim.seeds=2000
   # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...), the local
   # cluster's steps (test/localcluster).
-  (cd test && "${GOTEST[@]}" -race ./framework/... ./cmd/... ./localcluster/...)
+  timed "${GOTEST_IN_TEST[@]}" -race ./framework/... ./cmd/... ./localcluster/...
   # A short fuzz run of the local API handler (single Lease and shard set) and of the flag/env parsing, from the seed corpora in
   # testdata/fuzz; a crasher found here is written there and becomes a regular test case. A fixed
   # number of executions (seconds here), not -fuzztime=<duration>: Go 1.26's coordinator can fail a
   # duration-bounded run with "context deadline exceeded" as the time runs out (go.dev/issue/75804).
-  "${GOTEST[@]}" -run='^$' -fuzz='^FuzzHandler$' -fuzztime=20000x ./pkg/localapi
-  "${GOTEST[@]}" -run='^$' -fuzz='^FuzzShardsHandler$' -fuzztime=20000x ./pkg/localapi
-  "${GOTEST[@]}" -run='^$' -fuzz='^FuzzParse$' -fuzztime=20000x ./internal/sidecar
-  (cd hack/tools && "${GOTEST[@]}" ./...)
+  timed "${GOTEST[@]}" -run='^$' -fuzz='^FuzzHandler$' -fuzztime=20000x ./pkg/localapi
+  timed "${GOTEST[@]}" -run='^$' -fuzz='^FuzzShardsHandler$' -fuzztime=20000x ./pkg/localapi
+  timed "${GOTEST[@]}" -run='^$' -fuzz='^FuzzParse$' -fuzztime=20000x ./internal/sidecar
+  timed go -C hack/tools test -count=1 ./...
 }
 
 tier_integration() {
   # PostgreSQL and redis-server for the fences (test/fences), installed only when missing.
   hack/install-deps.sh
-  hack/build-binaries.sh
+  timed hack/build-binaries.sh
   KUBEBUILDER_ASSETS="$(hack/build-binaries.sh --print-dir)"
   export KUBEBUILDER_ASSETS
   # The binaries were just built: a test that cannot find one fails instead of skipping (test/chart).
   export ELECTOR_REQUIRE_APISERVER=1
-  # Every tier below runs in the test module (test/go.mod).
-  (cd test && "${GOTEST[@]}" -timeout 20m -v ./integration/... 2>&1) | go_test_summary integration
-  (cd test && "${GOTEST[@]}" -timeout 10m ./fences/...)
-  # The example workers (Go, Python, shell) against a real sidecar and PostgreSQL.
-  (cd test && "${GOTEST[@]}" -timeout 10m ./examples/...)
-  hack/test-chart.sh
+  # Every package of this tier is in the test module (test/go.mod), and one go test runs them all: it runs
+  # two test binaries at a time (-p is the number of cores), so the fences, the examples (Go, Python and
+  # shell workers against a real sidecar and PostgreSQL) and the chart and config/ tests (make test-chart)
+  # run beside test/integration, whose ~10 minutes mostly wait on election timings, instead of after it.
+  # Each package starts its own control plane.
+  local start
+  start=$(date +%s)
+  "${GOTEST_IN_TEST[@]}" -timeout 20m -v ./integration/... ./fences/... ./examples/... ./chart/... 2>&1 | go_test_summary
+  log "$(($(date +%s) - start))s: go test of ./integration/... ./fences/... ./examples/... ./chart/..."
 }
 
 tier_e2e() {
@@ -143,7 +155,7 @@ finish_prebuild() {
   fi
 }
 
-# go_test_summary NAME: passes `go test -v` output through, keeping only the lines that matter
+# go_test_summary: passes `go test -v` output through, keeping only the lines that matter
 # (test starts/ends, failures, logs of failing tests) and keeping the exit status.
 go_test_summary() {
   grep --line-buffered -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok |panic|\s+\S+_test\.go:[0-9]+:)' || true
