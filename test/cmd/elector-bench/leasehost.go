@@ -34,8 +34,11 @@ import (
 //
 //   - elector-sidecar: a pkg/election Elector per candidate, built as
 //     internal/sidecar.Run builds it (sidecar.RestConfig with the sidecar's
-//     default client-side rate limit, pkg/kubeclient, default timings), but
-//     without the local API, metrics registry and Event recorder;
+//     default client-side rate limit, pkg/kubeclient, the election's config
+//     from the sidecar's flags: default timings, the direct handoff,
+//     --expected-candidates, --shutdown-handoff=immediate as the other
+//     sections run the sidecar), but without the local API, metrics
+//     registry and Event recorder;
 //   - client-go: a leaderelection.LeaderElector on a LeaseLock per
 //     candidate, as test/cmd/clientgo-candidate builds it
 //     (ReleaseOnCancel, client timeout renewDeadline/2, client-go's default
@@ -244,14 +247,23 @@ func (h *leaseHost) startOne(lease string) error {
 			cancel()
 			return err
 		}
-		el, err := election.New(election.Config{
-			Client: client, Namespace: h.o.namespace, Name: lease, Identity: id,
-			LeaseDuration: election.DefaultLeaseDuration, RenewDeadline: election.DefaultRenewDeadline,
-			RetryPeriod: election.DefaultRetryPeriod, ClockSkewMargin: election.DefaultClockSkewMargin,
-			// As the chart passes its replica count.
-			ExpectedCandidates: h.o.candidates,
-			Logger:             h.log,
-		})
+		// The election's config as the sidecar builds it from its flags:
+		// the defaults, --expected-candidates as the chart passes its replica
+		// count, and --shutdown-handoff=immediate as the other sections run
+		// the sidecar (a native sidecar: the app has exited first).
+		sc, err := sidecar.Parse([]string{"--lease-name=" + lease, "--lease-namespace=" + h.o.namespace, "--identity=" + id,
+			fmt.Sprintf("--expected-candidates=%d", h.o.candidates), "--shutdown-handoff=immediate"}, sidecar.Env{
+			Getenv:   func(string) string { return "" },
+			ReadFile: func(string) ([]byte, error) { return nil, os.ErrNotExist },
+			Hostname: os.Hostname,
+		}, io.Discard)
+		if err != nil {
+			cancel()
+			return err
+		}
+		ec := sc.ElectionConfig()
+		ec.Client, ec.Logger = client, h.log
+		el, err := election.New(ec)
 		if err != nil {
 			cancel()
 			return err
