@@ -3,10 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -307,44 +304,6 @@ func (p *pool) followersCPU(leader *framework.Candidate) float64 {
 		} // else: exited
 	}
 	return sum
-}
-
-// apiserverCPU is the CPU time, in seconds, the control plane's
-// kube-apiserver has spent so far (NaN: not found).
-func (e *env) apiserverCPU() float64 {
-	pid, err := findPid("kube-apiserver", e.cp.Env.ControlPlane.APIServer.CertDir)
-	if err != nil {
-		return math.NaN()
-	}
-	v, err := procRunSeconds(pid)
-	if err != nil {
-		return math.NaN()
-	}
-	return v
-}
-
-// procRunSeconds is the CPU time of every thread of process pid so far,
-// in seconds: the sum of /proc/PID/task/*/schedstat's first field
-// (nanoseconds on a CPU: exact, where /proc/PID/stat counts 10 ms ticks;
-// /proc/PID/schedstat is the main thread's alone).
-func procRunSeconds(pid int) (float64, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return 0, err
-	}
-	var ns float64
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			continue // the thread exited
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				ns += v
-			}
-		}
-	}
-	return ns / 1e9, nil
 }
 
 // waitToken waits until c's /token answers 200 (a sanity check that the

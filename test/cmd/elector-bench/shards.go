@@ -225,7 +225,7 @@ func (s *shardsRun) run(ctx context.Context, etcdPid int) error {
 	if err := e.cp.StartAPIServer(); err != nil {
 		return err
 	}
-	apiPid, err := findPid("kube-apiserver", e.cp.Env.ControlPlane.APIServer.CertDir)
+	apiPid, err := e.apiserverPid()
 	if err != nil {
 		return err
 	}
