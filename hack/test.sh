@@ -75,10 +75,12 @@ tier_integration() {
   # shell workers against a real sidecar and PostgreSQL) and the chart and config/ tests (make test-chart)
   # run beside test/integration, whose ~10 minutes mostly wait on election timings, instead of after it.
   # Each package starts its own control plane.
-  local start
-  start=$(date +%s)
+  timed integration_packages
+}
+
+# integration_packages: the integration tier's go test, its -v output cut down by go_test_summary.
+integration_packages() {
   "${GOTEST_IN_TEST[@]}" -timeout 20m -v ./integration/... ./fences/... ./examples/... ./chart/... 2>&1 | go_test_summary
-  log "$(($(date +%s) - start))s: go test of ./integration/... ./fences/... ./examples/... ./chart/..."
 }
 
 tier_e2e() {
