@@ -113,13 +113,13 @@ func TestRunWhileLeadingRestartsFnWhenTheTokenChanges(t *testing.T) {
 // TestRunWhileLeadingKeepsFnThroughRenewals: renewals (new ETags, the same
 // token, fresh validity) keep fn running well past the first expiresInMs.
 func TestRunWhileLeadingKeepsFnThroughRenewals(t *testing.T) {
-	// Each answer vouches for 1 s: a renewal may come 900 ms late (a
+	// Each answer vouches for 2 s: a renewal may come 1.9 s late (a
 	// loaded machine) before fn's context would end.
-	sc := startSidecar(t, leadingFor(time.Second))
+	sc := startSidecar(t, leadingFor(2*time.Second))
 	lr := startRunWhileLeading(t, sc.URL)
 	lr.nextStart(t, 7)
-	s := leadingFor(time.Second)
-	for i := range 15 { // 15 renewals 100 ms apart: 1.5 s, beyond the 1 s first vouched for
+	s := leadingFor(2 * time.Second)
+	for i := range 25 { // 25 renewals 100 ms apart: 2.5 s, beyond the 2 s first vouched for
 		s.ValidUntil = s.ValidUntil.Add(time.Duration(i+1) * time.Second)
 		sc.el.set(s)
 		select {
