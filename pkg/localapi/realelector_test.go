@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,7 +117,23 @@ func (f *fakeAPI) run(t *testing.T, id string) *election.Elector {
 // firing at ValidUntil, can have told it.
 func TestWatchOnTheRealElectorSaysNotLeaderWhenTheTokenRunsOut(t *testing.T) {
 	api := newFakeAPI()
+	// The cut: once on, every Lease update hangs until the test ends and
+	// then fails. Installed before the candidate starts: the fake clientset
+	// reads its reactor chain without a lock of its own.
+	var cutOff atomic.Bool
+	gate, blocked := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	api.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !cutOff.Load() {
+			return false, nil, nil
+		}
+		once.Do(func() { close(blocked) })
+		<-gate
+		return true, nil, apierrors.NewServiceUnavailable("cut off")
+	})
 	a := api.run(t, "a")
+	// Registered after the candidate's Cleanup, so it runs first.
+	t.Cleanup(func() { close(gate) })
 	// A free Lease found at start is taken once it expires on a's clock.
 	eventually(t, "a leads", func() bool {
 		if !a.Status().IsLeader {
@@ -132,25 +149,28 @@ func TestWatchOnTheRealElectorSaysNotLeaderWhenTheTokenRunsOut(t *testing.T) {
 		t.Fatalf("first event: %+v", first)
 	}
 
-	gate, blocked := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	api.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		once.Do(func() { close(blocked) })
-		<-gate
-		return true, nil, apierrors.NewServiceUnavailable("cut off")
+	// The renew timer fires: the loop blocks in the write. A write already
+	// in flight when the cut begins (the acquisition's follow-up) may still
+	// land and move the validity, so it is read only once the loop is stuck.
+	// The timer is stepped again only if no renew has blocked a second
+	// after a step (the landed write set the timer anew after the step).
+	cutOff.Store(true)
+	var stepped time.Time
+	eventually(t, "a renew blocks", func() bool {
+		select {
+		case <-blocked:
+			return true
+		default:
+		}
+		if time.Since(stepped) > time.Second {
+			api.clock.Step(500 * time.Millisecond)
+			stepped = time.Now()
+		}
+		return false
 	})
-	// Registered after the candidate's Cleanup, so it runs first.
-	t.Cleanup(func() { close(gate) })
 	st := a.Status()
-	api.clock.Step(500 * time.Millisecond) // the renew timer: the loop blocks in the write
-	select {
-	case <-blocked:
-	case <-time.After(waitFor):
-		t.Fatal("no renew started")
-	}
-	// Still leading: events (if any) say so.
-	if s := a.Status(); !s.IsLeader || !s.ValidUntil.Equal(st.ValidUntil) {
-		t.Fatalf("before the end of the token: %+v", s)
+	if !st.IsLeader || !api.clock.Now().Before(st.ValidUntil) {
+		t.Fatalf("before the end of the token: %+v at %v", st, api.clock.Now())
 	}
 	api.clock.SetTime(st.ValidUntil)
 	for {
