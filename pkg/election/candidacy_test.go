@@ -36,7 +36,7 @@ func nextEvent(t *testing.T, c *running, want string) {
 func TestWithdrawnLeaderStopsItsTokenAndReleasesSoAFollowerTakesOver(t *testing.T) {
 	api, a, b := leaderAndFollower(t)
 	var tokenDuringRelease atomic.Bool
-	api.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if holderOf(act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)) == "" {
 			tokenDuringRelease.Store(a.Status().IsLeader)
 		}
@@ -149,7 +149,7 @@ func TestBeforeReleaseRunsAfterTheTokenStopsAndBeforeTheLeaseIsFreed(t *testing.
 			order = append(order, "hook leader="+boolString(a.Status().IsLeader))
 		}
 	}
-	api.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if holderOf(act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)) == "" {
 			mu.Lock()
 			order = append(order, "release write")
@@ -180,7 +180,7 @@ func TestChangedFiresWhenTheTokenRunsOutWithNoLeaseEvent(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	a := api.run("a", api.clock)
 	api.advanceUntil("a leads", 2*ld, func() bool { return a.Status().IsLeader })
-	api.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("cut off")
 	})
 	// Wait until the last successful renew is published, then step the

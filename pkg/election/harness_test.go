@@ -134,7 +134,7 @@ func (f *fakeAPI) calls() []string {
 // fail makes the next n calls with verb fail with err (n < 0: all).
 func (f *fakeAPI) fail(verb string, n int, err error) {
 	var mu sync.Mutex
-	f.client.PrependReactor(verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&f.client.Fake, verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if n == 0 {
@@ -143,6 +143,15 @@ func (f *fakeAPI) fail(verb string, n int, err error) {
 		n--
 		return true, nil, err
 	})
+}
+
+// prependReactor puts fn at the head of f's reactor chain under f's lock:
+// PrependReactor alone writes the chain without it, while a running
+// candidate's call reads the chain under it (Fake.Invokes).
+func prependReactor(f *k8stesting.Fake, verb, resource string, fn k8stesting.ReactionFunc) {
+	f.Lock()
+	defer f.Unlock()
+	f.PrependReactor(verb, resource, fn)
 }
 
 func heldLease(holder string, transitions int32) *coordinationv1.Lease {

@@ -112,7 +112,7 @@ func TestLeaderRenewsWithOneCompareAndSwapWritePerRetryPeriod(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	var mu sync.Mutex
 	var updates []*coordinationv1.Lease
-	api.client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		updates = append(updates, a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy())
@@ -152,7 +152,7 @@ func TestReleaseStopsTheTokenBeforeTheWriteAndHandsOverOnTheWatchEvent(t *testin
 	api, a, b := leaderAndFollower(t)
 
 	var tokenDuringRelease, released atomic.Bool
-	api.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if holderOf(act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)) == "" {
 			released.Store(true)
 			tokenDuringRelease.Store(a.Status().IsLeader)
@@ -180,7 +180,7 @@ func TestReleaseStopsTheTokenBeforeTheWriteAndHandsOverOnTheWatchEvent(t *testin
 
 func TestLeaderLosesItsTokenBeforeAFollowerCanTakeOver(t *testing.T) {
 	api, a, b := leaderAndFollower(t)
-	api.client.PrependReactor("update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(act k8stesting.Action) (bool, runtime.Object, error) {
 		if holderOf(act.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)) == "a" {
 			return true, nil, apierrors.NewServiceUnavailable("apiserver unreachable from a")
 		}
@@ -223,7 +223,7 @@ func TestShutdownReleasesTheLease(t *testing.T) {
 func TestUnreachableAPIServerIsNeverLeader(t *testing.T) {
 	api := newFakeAPI(t)
 	var calls atomic.Int32
-	api.client.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		calls.Add(1)
 		return true, nil, apierrors.NewServiceUnavailable("down")
 	})
@@ -244,7 +244,7 @@ func TestUnreachableAPIServerIsNeverLeader(t *testing.T) {
 func TestRealClockElectsAndRenews(t *testing.T) {
 	api := newFakeAPI(t, heldLease("", 1))
 	var writes atomic.Int32
-	api.client.PrependReactor("*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "*", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetVerb() == "update" || a.GetVerb() == "create" {
 			writes.Add(1)
 		}
@@ -272,7 +272,7 @@ func TestRealClockElectsAndRenews(t *testing.T) {
 func TestCreateInAMissingNamespaceBacksOff(t *testing.T) {
 	api := newFakeAPI(t)
 	var creates atomic.Int32
-	api.client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		creates.Add(1)
 		return true, nil, apierrors.NewNotFound(coordinationv1.Resource("namespaces"), ns)
 	})

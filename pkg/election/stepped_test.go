@@ -354,7 +354,7 @@ func TestShutdownReleasesAnAcquireWhoseAnswerWasLost(t *testing.T) {
 	api.waitOutFreeLease()
 	// The API server applies the acquire, but its answer never arrives.
 	lost := true
-	api.client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&api.client.Fake, "update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if !lost {
 			return false, nil, nil
 		}

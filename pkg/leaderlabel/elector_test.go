@@ -168,7 +168,7 @@ func TestLabelIsRemovedWhenTheTokenRunsOut(t *testing.T) {
 	w.leads(t)
 	// The API server stops taking the renewals: the token runs out on the
 	// elector's clock, with no Lease event; Changed reports it.
-	w.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&w.client.Fake, "update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("cut off")
 	})
 	s := w.el.Status()

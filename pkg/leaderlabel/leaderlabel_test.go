@@ -371,7 +371,7 @@ func TestBeforeReleaseGivesUpWhenItsContextEnds(t *testing.T) {
 	}
 	a.calls()
 	var attempts atomic.Int64
-	a.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&a.client.Fake, "patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		attempts.Add(1)
 		return true, nil, errServer
 	})
@@ -464,4 +464,13 @@ func TestRunFollowsChangesAndRetriesFailuresAfterABackOff(t *testing.T) {
 	// An involuntary loss (the token ran out): the label goes on Changed.
 	src.set(follower(""))
 	eventually(t, "pod-a unlabeled", labeled())
+}
+
+// prependReactor puts fn at the head of f's reactor chain under f's lock:
+// PrependReactor alone writes the chain without it, while a running
+// candidate's call reads the chain under it (Fake.Invokes).
+func prependReactor(f *k8stesting.Fake, verb, resource string, fn k8stesting.ReactionFunc) {
+	f.Lock()
+	defer f.Unlock()
+	f.PrependReactor(verb, resource, fn)
 }

@@ -144,7 +144,7 @@ func TestPassThatOutlastsBeforeReleaseLeavesNoLabel(t *testing.T) {
 	l := newLabeler(t, a, "pod-a", nil)
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	a.client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&a.client.Fake, "list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		once.Do(func() { close(entered) })
 		<-unblock // a slow List (API latency)
 		return false, nil, nil
@@ -176,7 +176,7 @@ func TestLabelAddedAsTheTermEndsIsTakenOffAgain(t *testing.T) {
 	l := newLabeler(t, a, "pod-a", nil)
 	var st atomic.Value
 	st.Store(leader(2))
-	a.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+	prependReactor(&a.client.Fake, "patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		st.Store(follower("")) // the token stops during the add
 		return false, nil, nil
 	})
