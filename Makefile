@@ -36,7 +36,7 @@ test-e2e: ## e2e suite in real pods on the local single-node cluster (root; buil
 	hack/test.sh e2e
 
 .PHONY: verify
-verify: ## gofmt and go vet of every module, shellcheck of every script, golangci-lint (hack/verify.sh).
+verify: ## gofmt, golangci-lint (go vet included) of every module, shellcheck of every script (hack/verify.sh).
 	hack/verify.sh
 
 .PHONY: lint
