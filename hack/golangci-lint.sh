@@ -19,9 +19,10 @@ install_linter() {
   log "golangci-lint: building $GOLANGCI_LINT_VERSION from the Go module proxy into $bin (a few minutes, once)"
   local tmp
   tmp="$(mktemp -d)"
-  # GOFLAGS=-mod=mod: install outside this module; GOTOOLCHAIN=local: build with the go on PATH.
+  # GOFLAGS=-mod=mod: install outside this module; GOTOOLCHAIN=local: build with the go on PATH; -w: no
+  # DWARF, a shorter link (as hack/build-binaries.sh).
   GOBIN="$tmp" GOFLAGS=-mod=mod GOTOOLCHAIN=local \
-    go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+    go install -trimpath -ldflags -w "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
   mkdir -p "$(dirname "$bin")"
   mv "$tmp/golangci-lint" "$bin"
   rmdir "$tmp"
