@@ -1,3 +1,10 @@
+// The fuzz runs of hack/test.sh build with -tags elector_fuzz and leave this
+// file out: its typed clientset (client-go's kubernetes package, every API
+// group) would more than double the fuzzing build, which instruments every
+// package the test binary links.
+
+//go:build !elector_fuzz
+
 package localapi
 
 import (
