@@ -160,10 +160,38 @@ finish_prebuild() {
   fi
 }
 
-# go_test_summary: passes `go test -v` output through, keeping only the lines that matter
-# (test starts/ends, failures, logs of failing tests) and keeping the exit status.
+# go_test_summary: `go test -v` output, cut down: a test that passes shows its start, its end and the
+# first line of each of its log messages; a test that fails (or never ends: a panic, a timeout) shows
+# everything it printed, continuation lines included (a violation list, the processes' logs). Lines
+# outside any test pass through. Each test's lines are held until it ends (top-level tests by name, so
+# parallel ones do not mix).
 go_test_summary() {
-  grep --line-buffered -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok |panic|\s+\S+_test\.go:[0-9]+:)' || true
+  awk '
+    function brief(l) {
+      return l ~ /^(=== RUN|--- |[ \t]+--- |PASS|FAIL|ok |panic)/ || l ~ /^[ \t]+[^ \t]+_test\.go:[0-9]+:/
+    }
+    function show(name, all,   n, i, ls) {
+      n = split(held[name], ls, "\n")
+      for (i = 1; i < n; i++) if (all || brief(ls[i])) print ls[i]
+      delete held[name]
+    }
+    function showAll(   name, names, n, i) {
+      n = 0
+      for (name in held) names[++n] = name
+      for (i = 1; i <= n; i++) show(names[i], 1)
+    }
+    function top(s) { sub(/\/.*/, "", s); return s }
+    /^=== (RUN|CONT|PAUSE|NAME) +/ { cur = top($3); held[cur] = held[cur] $0 "\n"; next }
+    /^--- (PASS|FAIL|SKIP): / {
+      name = top($3); show(name, $2 == "FAIL:"); print; fflush()
+      if (name == cur) cur = ""
+      next
+    }
+    /^(PASS|FAIL|ok  |\?   )/ { showAll(); cur = ""; print; fflush(); next }
+    cur != "" { held[cur] = held[cur] $0 "\n"; next }
+    { print; fflush() }
+    END { showAll() }
+  '
 }
 
 for tier in "${tiers[@]}"; do
