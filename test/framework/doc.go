@@ -26,8 +26,9 @@
 //     Leaders, Describe and Logs for failure messages, and a Sampler.
 //   - Sampler: polls GET /token of every process concurrently on one
 //     monotonic clock; Terms groups the valid answers per process and token,
-//     CheckNoOverlap fails if two processes' [first sent, last received]
-//     windows intersect, CheckTokenOrder if a later term's token is not greater,
+//     CheckNoOverlap fails if two processes provably served at one instant
+//     (whatever the calls' delays; windows that merely intersect are
+//     "possible", logged), CheckTokenOrder if a later term's token is not greater,
 //     CheckDistinctTokens if two processes ever served the same token value;
 //     Check runs all three.
 //   - TCPProxy, WriteProxiedKubeconfig: a per-candidate proxy in front of the

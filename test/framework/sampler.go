@@ -194,29 +194,35 @@ type Violation struct {
 
 func (v Violation) String() string { return v.Kind + ": " + v.Detail }
 
-// CheckNoOverlap returns every pair of terms of different targets whose
-// windows [FirstSent, LastRecv] intersect: two processes claimed a valid token
-// at instants that cannot be ordered. "definite" means even the narrow
-// windows [FirstRecv, LastSent] intersect.
-func CheckNoOverlap(terms []Term, start time.Time) []Violation {
-	var vs []Violation
+// CheckNoOverlap returns every pair of terms of different targets that
+// provably served at one instant ("definite"). A term's answers were made at
+// instants inside their calls, so it served over at least [the instant of
+// its first answer, that of its last], each somewhere in its call. Two terms
+// a and b can be told apart (one ended before the other began) if a's last
+// call was sent before b's first answer came back (a then b) or the other way
+// round: a.LastSent < b.FirstRecv or b.LastSent < a.FirstRecv. A pair for
+// which neither holds served at one instant, whatever the calls' delays.
+//
+// The second result is every other pair whose widest windows [FirstSent,
+// LastRecv] intersect ("possible"): the answers may have been made apart, and
+// the calls' delays hide which. They are not violations: on a loaded machine
+// a call takes longer than a direct handoff's gap between two terms (a few
+// ms), so a correct handoff shows as one. Tests log them.
+func CheckNoOverlap(terms []Term, start time.Time) (definite, possible []Violation) {
 	for i := 0; i < len(terms); i++ {
 		for j := i + 1; j < len(terms); j++ {
 			a, b := terms[i], terms[j]
-			if a.Target == b.Target {
+			if a.Target == b.Target || !a.FirstSent.Before(b.LastRecv) || !b.FirstSent.Before(a.LastRecv) {
 				continue
 			}
-			if a.FirstSent.Before(b.LastRecv) && b.FirstSent.Before(a.LastRecv) {
-				kind := "possible"
-				if a.FirstRecv.Before(a.LastSent) && b.FirstRecv.Before(b.LastSent) &&
-					a.FirstRecv.Before(b.LastSent) && b.FirstRecv.Before(a.LastSent) {
-					kind = "definite"
-				}
-				vs = append(vs, Violation{Kind: "overlap", Detail: fmt.Sprintf("(%s) %s and %s", kind, fmtTerm(a, start), fmtTerm(b, start))})
+			if a.LastSent.Before(b.FirstRecv) || b.LastSent.Before(a.FirstRecv) {
+				possible = append(possible, Violation{Kind: "overlap", Detail: fmt.Sprintf("(possible) %s and %s", fmtTerm(a, start), fmtTerm(b, start))})
+				continue
 			}
+			definite = append(definite, Violation{Kind: "overlap", Detail: fmt.Sprintf("(definite) %s and %s", fmtTerm(a, start), fmtTerm(b, start))})
 		}
 	}
-	return vs
+	return definite, possible
 }
 
 // CheckTokenOrder returns every pair of terms where a later term (starting
@@ -240,13 +246,14 @@ func CheckTokenOrder(terms []Term, start time.Time) []Violation {
 }
 
 // Check stops nothing; it checks the three invariants over all samples so
-// far (no overlap of valid tokens, tokens served later are greater, no token
-// value served by two processes) and returns an error describing every
-// violation (nil if none).
+// far (no two processes provably serving a valid token at one instant,
+// tokens served later are greater, no token value served by two processes)
+// and returns an error describing every violation (nil if none).
 func (s *Sampler) Check() error {
 	samples := s.Samples()
 	terms := TermsOf(samples)
-	vs := append(CheckNoOverlap(terms, s.Start), CheckTokenOrder(terms, s.Start)...)
+	vs, _ := CheckNoOverlap(terms, s.Start)
+	vs = append(vs, CheckTokenOrder(terms, s.Start)...)
 	vs = append(vs, CheckDistinctTokens(samples, s.Start)...)
 	if len(vs) == 0 {
 		return nil
@@ -262,6 +269,13 @@ func (s *Sampler) Check() error {
 	}
 	b.WriteString("terms:\n" + FormatTerms(terms, s.Start))
 	return fmt.Errorf("%s", b.String())
+}
+
+// PossibleOverlaps returns the pairs of terms that CheckNoOverlap can neither
+// prove nor rule out (the calls' delays hide the order), for the log.
+func (s *Sampler) PossibleOverlaps() []Violation {
+	_, possible := CheckNoOverlap(TermsOf(s.Samples()), s.Start)
+	return possible
 }
 
 func fmtTerm(t Term, start time.Time) string {

@@ -61,8 +61,8 @@ func newGroup(t *testing.T, timings framework.Timings) *electionGroup {
 		if err := g.Sampler.Check(); err != nil {
 			t.Errorf("sampled /token of %d processes: %v", len(g.All()), err)
 		} else {
-			t.Logf("invariants held over %d /token samples (%d terms):\n%s", len(g.Sampler.Samples()), len(g.Sampler.Terms()),
-				framework.FormatTerms(g.Sampler.Terms(), g.Sampler.Start))
+			t.Logf("invariants held over %d /token samples (%d terms):\n%s%s", len(g.Sampler.Samples()), len(g.Sampler.Terms()),
+				framework.FormatTerms(g.Sampler.Terms(), g.Sampler.Start), formatPossible(g.Sampler.PossibleOverlaps()))
 		}
 		g.StopAll(3 * time.Second)
 		if t.Failed() {
@@ -266,4 +266,18 @@ func (g *electionGroup) updateLease(mutate func(holder *string, transitions *int
 			g.t.Fatalf("update lease: %v", err)
 		}
 	}
+}
+
+// formatPossible lists the pairs of terms the sampler could neither prove
+// nor rule out as overlapping (the calls' delays hide their order), if any.
+func formatPossible(vs []framework.Violation) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d possible overlap(s), not violations (the calls' delays hide the order):\n", len(vs))
+	for _, v := range vs {
+		fmt.Fprintf(&b, "  %s\n", v.Detail)
+	}
+	return b.String()
 }

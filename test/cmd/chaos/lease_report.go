@@ -111,7 +111,9 @@ func (s *soak) report() bool {
 	}
 
 	// 2. and 3. the sampler.
-	iv.check("no overlap of valid-token intervals between processes", details(framework.CheckNoOverlap(terms, s.g.Sampler.Start)))
+	overlaps, possible := framework.CheckNoOverlap(terms, s.g.Sampler.Start)
+	iv.check("no two processes provably serving a valid token at one instant", details(overlaps))
+	fmt.Printf("possible overlaps   %d (terms the calls' delays cannot order; not violations)\n", len(possible))
 	iv.check("tokens served later are greater", details(framework.CheckTokenOrder(terms, s.g.Sampler.Start)))
 
 	// 4. one process per accepted token.
