@@ -46,9 +46,13 @@ tier_verify() {
 tier_unit() {
   # test/framework/dbserver's own test starts a real PostgreSQL and redis-server.
   hack/install-deps.sh
-  timed "${GOTEST[@]}" -race ./...
-  # The election's deterministic simulator (docs/simulation.md), without the race detector: seeds 1-2000, ~15 s on 2 cores.
+  # The shard simulator runs its members in one goroutine (pkg/shards/simworld_test.go): nothing there
+  # for the race detector, which made it ~6x slower (~60 s of CPU); it runs once, without, below.
+  timed "${GOTEST[@]}" -race -skip '^TestShardSimulation(Findings)?$' ./...
+  # The deterministic simulators (docs/simulation.md), without the race detector: the election's seeds
+  # 1-2000 (~15 s on 2 cores), the shard set's default seeds and its findings.
   timed "${GOTEST[@]}" -run '^TestSimulation$' ./pkg/election -sim.seeds=2000
+  timed "${GOTEST[@]}" -run '^TestShardSimulation(Findings)?$' ./pkg/shards
   # The test module's own unit tests: the harness, the test programs (bench, demo, chaos, ...), the local
   # cluster's steps (test/localcluster).
   timed "${GOTEST_IN_TEST[@]}" -race ./framework/... ./cmd/... ./localcluster/...
