@@ -22,6 +22,7 @@
 #                                values-file test installs the release. 0 skips the release (that test then
 #                                installs the checkout's chart, and says so)
 #   ELECTOR_E2E_TIMEOUT          go test -timeout (default 30m)
+#   ELECTOR_E2E_PARALLEL         go test -parallel: tests at a time (default 2)
 #   ELECTOR_E2E_REUSE_CLUSTER=1  run against a local cluster that is already up (import the image into it)
 #                                and leave it running; without it, a running cluster is an error
 #   ELECTOR_E2E_KEEP_CLUSTER=1   leave the cluster this script started running (debugging;
@@ -197,7 +198,8 @@ export ELECTOR_E2E_KUBECTL_ELECTOR="$PLUGIN_BIN"
 export ELECTOR_E2E_RELEASE_CHART="$REL_CHART" ELECTOR_E2E_RELEASE_IMAGE="$REL_IMAGE" ELECTOR_E2E_RELEASE_DEMO_IMAGE="$REL_DEMO_IMAGE"
 log "running test/e2e against $KUBECONFIG with $ELECTOR_E2E_IMAGE"
 rc=0
-setsid go -C test test -tags e2e -count=1 -v -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./e2e/... &
+# Two tests at a time (each in its own namespace with its own release): one alone left a core idle.
+setsid go -C test test -tags e2e -count=1 -v -parallel "${ELECTOR_E2E_PARALLEL:-2}" -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./e2e/... &
 test_pid=$!
 wait "$test_pid" || rc=$?
 test_pid=""
