@@ -36,12 +36,12 @@ test-e2e: ## e2e suite in real pods on the local single-node cluster (root; buil
 	hack/test.sh e2e
 
 .PHONY: verify
-verify: ## gofmt, go vet with the repo's linters on every module, shellcheck of every script (hack/verify.sh).
+verify: ## gofmt, golangci-lint (go vet included) of every module, shellcheck of every script (hack/verify.sh).
 	hack/verify.sh
 
 .PHONY: lint
-lint: ## go vet with hack/lint (vet's analyzers, staticcheck, unused, errcheck, ineffassign) on every Go module (hack/lint.sh).
-	hack/lint.sh
+lint: ## golangci-lint of every Go module with .golangci.yml (hack/golangci-lint.sh; builds the linter once).
+	hack/golangci-lint.sh
 
 .PHONY: build
 build: ## Build bin/elector-sidecar, bin/elector-demo (static, as in the Dockerfile) and bin/kubectl-elector.

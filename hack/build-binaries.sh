@@ -197,7 +197,7 @@ build_etcd() {
 # helm is built in the test module (test/go.mod: `tool helm.sh/helm/v4/cmd/helm`), whose chart tests link
 # the Helm SDK at the same versions: built with go test's own settings (cgo as the default, no -trimpath),
 # the packages both use are compiled once for both (cold: 193 s for helm alone in a wrapper module; 11 s
-# once the test module is compiled, as the linters' go vet has by then).
+# once the test module is compiled, as golangci-lint has by then).
 build_helm() {
   fresh helm && return 0
   local have out

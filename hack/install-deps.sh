@@ -5,7 +5,7 @@
 #           redis-server     redis-server
 #           python3-psycopg  /usr/bin/python3 -c 'import psycopg' (PostgreSQL from Python, for apps' examples)
 #           curl             curl (the shell example worker, examples/shell)
-#   lint  shellcheck (hack/verify.sh; the Go linters are built from hack/lint, hack/lint.sh)
+#   lint  shellcheck (hack/verify.sh; golangci-lint comes from the Go module proxy, hack/golangci-lint.sh)
 #   image ca-certificates: /etc/ssl/certs/ca-certificates.crt, the CA bundle hack/image.sh puts in the image
 #   cluster  the local cluster (hack/local-cluster.sh, the e2e tier; hack/e2e.sh runs this group):
 #           nftables                 nft (the kubernetes Service DNAT, CNI portmap cleanup)

@@ -2,7 +2,7 @@
 # The README's test command (`make test`), and what CI runs (.ci/run).
 #
 # Tiers, in order; each needs what the one before it built:
-#   verify       gofmt, go vet with the repo's linters (hack/lint) on every Go module, shellcheck of every script
+#   verify       gofmt, golangci-lint (with go vet as its govet) of every Go module, shellcheck of every script
 #   unit         go test of the root module (pkg/, internal/, cmd/, examples/: fake clientset, httptest),
 #                of the test module's harness and programs (test/framework, test/cmd) and the tool modules
 #   integration  real etcd + kube-apiserver (built once into the cache by hack/build-binaries.sh), all in
@@ -67,7 +67,6 @@ tier_unit() {
   timed "${GOTEST[@]}" -tags elector_fuzz -run='^$' -fuzz='^FuzzShardsHandler$' -fuzztime=20000x ./pkg/localapi
   timed "${GOTEST[@]}" -tags elector_fuzz -run='^$' -fuzz='^FuzzParse$' -fuzztime=20000x ./internal/sidecar
   timed go -C hack/tools test -count=1 ./...
-  timed go -C hack/lint test -count=1 ./...
 }
 
 tier_integration() {
