@@ -26,7 +26,7 @@ import (
 // three Ready pods, one leader on the README's Lease, and `helm test` (the chart's test hook: one leader among
 // the metrics Service's endpoints) to pass.
 func TestReadmeValuesFileElectsOneLeaderAndPassesHelmTest(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 // with a higher token; the unhealthy pod does not lead while its app fails,
 // and campaigns again ("campaigns again: app healthy") once it passes.
 func TestUnhealthyAppMovesLeadership(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "apphealth")
 	f, err := os.OpenFile(r.values, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

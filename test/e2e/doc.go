@@ -33,4 +33,8 @@
 // it needs to run as root on the node (true for the local cluster; for kind
 // on a Linux Docker host, as root on the host) and skips itself otherwise; so
 // does the fence test, which freezes the leader's app container the same way.
+//
+// Every test calls t.Parallel(): each has its own namespace and release
+// (newRelease), and cluster-scoped objects are named after the namespace;
+// hack/e2e.sh runs two at a time (ELECTOR_E2E_PARALLEL).
 package e2e

@@ -36,7 +36,7 @@ import (
 // 1. helm install with 3 replicas: Running and Ready pods, exactly one leader
 // by /leader, and `kubectl get lease` names it as holder.
 func TestInstallElectsOneLeader(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "install")
 	r.install()
 	leader, token := r.mustLeader(t)
@@ -173,7 +173,7 @@ func (s *logStream) wait(d time.Duration) ([]logLine, bool) {
 // (native sidecar), the sidecar releases the Lease on SIGTERM, a new leader
 // follows quickly with a strictly greater token.
 func TestLeaderPodDeletionHandsOver(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "delete")
 	r.install()
 	leader, token := r.mustLeader(t)
@@ -401,7 +401,7 @@ func (r *release) waitNewHolder(old string, oldToken int64, timeout time.Duratio
 // 3. The demo app writes fenced to its ConfigMap; after a handoff, a write
 // with the old leader's token is rejected.
 func TestStaleTokenWriteRejected(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "fence")
 	r.install()
 	leader, t1 := r.mustLeader(t)
@@ -454,7 +454,7 @@ func TestStaleTokenWriteRejected(t *testing.T) {
 // takes over; the frozen pod's app, writing late with its old token, is
 // rejected; after SIGCONT the frozen sidecar hands out no token.
 func TestFrozenLeaderLosesToken(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "freeze")
 	r.install()
 	leader, t1 := r.mustLeader(t)
@@ -626,7 +626,7 @@ func skipUnlessRoot(t *testing.T, why string) {
 // 5. helm upgrade (rolling update of every pod): at most one leader at
 // every sample, one leader at the end.
 func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "upgrade")
 	r.install()
 	leader, t1 := r.mustLeader(t)
@@ -776,7 +776,7 @@ func TestRollingUpgradeKeepsOneLeader(t *testing.T) {
 // logged, not failed. Scaling the workload to 0 before the uninstall releases
 // the Lease cleanly: that is checked.
 func TestUninstallLeavesNothingBehind(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "uninstall")
 	r.install()
 	leader, t1 := r.mustLeader(t)

@@ -31,7 +31,7 @@ import (
 // client-go right before and right after each command; an attempt during
 // which it changed hands is retried, so a handoff cannot make the test flaky.
 func TestKubectlElectorStatusShowsTheLeaseHolderAndToken(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	plugin := kubectlElectorBinary(t)
 	r := newRelease(t, "kubectl")
 	r.install()
@@ -240,7 +240,7 @@ func kubectlElectorBinary(t *testing.T) string {
 // Then `status -A` lists the release's Lease but none of the node heartbeats in kube-node-lease (no sidecar
 // wrote them), which --all-leases adds; `-l app.kubernetes.io/instance=e2e` selects the chart's Lease.
 func TestKubectlElectorReleaseThroughPortForward(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	plugin := kubectlElectorBinary(t)
 	r := newRelease(t, "kubectl-release")
 	r.install()

@@ -43,7 +43,7 @@ func fencePolicyName(ns string) string {
 // long GC pause): the API server rejects it, its message naming both tokens and the fence, and the ConfigMap
 // still holds the new leader's data and token.
 func TestFrozenAppsLateObjectWriteRejectedByTheAPIServer(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "objfence")
 	extra := fmt.Sprintf(`appHealth:
   enabled: true

@@ -91,7 +91,7 @@ func (r *release) waitLeaseTaken(events <-chan leaseEvent, old string, timeout t
 // leader pod deleted) and after a frozen leader (SIGSTOP of its sidecar) was replaced; the time from the
 // Lease change to the EndpointSlice change is measured each time.
 func TestLeaderServiceRoutesToTheLeaderOnly(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "leaderlabel")
 	f, err := os.OpenFile(r.values, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {

@@ -96,7 +96,7 @@ func scrape(ctx context.Context, addr string) (labels string, value float64, bui
 // /metrics with elector_is_leader{lease="<namespace>/<lease>"} and elector_build_info; across the
 // endpoints exactly the Lease's holder reports 1, so the README's `sum by (lease) (elector_is_leader)` is 1.
 func TestMetricsServiceEndpointsServeLeaseMetrics(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "metrics")
 	r.install()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

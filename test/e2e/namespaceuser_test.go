@@ -31,7 +31,7 @@ const namespaceAdmin = "jane@example.com"
 // refused with a forbidden error naming the cluster-scoped ValidatingAdmissionPolicy, and after its uninstall
 // nothing of that release is left.
 func TestNamespaceAdminInstallsTheChartAndGetsALeader(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "nsadmin")
 	// newRelease turns the lease guard on for the other tests; this one installs with the chart's default (off).
 	b, err := os.ReadFile(r.values)

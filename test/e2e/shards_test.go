@@ -31,7 +31,7 @@ const shardCount = 16
 // shard is owned by exactly one new pod, each with a fair share, every shard moved (its token grew), and the
 // Leases agree.
 func TestShardsRollingUpdateKeepsOneOwnerPerShardAndFairShares(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "shards")
 	set := r.lease // election.leaseName unset: the full name is the set's name
 	chart, img := suite.chart, releaseUnderTest{imageRepo: suite.imageRepo, imageTag: suite.imageTag, demoRepo: suite.demoRepo, demoTag: suite.demoTag}

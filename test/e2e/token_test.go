@@ -32,7 +32,7 @@ const saTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 //   - the diagnostics port on the pod IP answers /readyz, /healthz and /metrics and 404s /token and /release,
 //     and the local API is not on the pod IP at all.
 func TestOnlyTheSidecarHoldsTheServiceAccountTokenAndIsProbedOverHTTP(t *testing.T) {
-	t.Parallel() // each test has its own namespace and release (newRelease); hack/e2e.sh runs two at a time
+	t.Parallel()
 	r := newRelease(t, "token")
 	b, err := os.ReadFile(r.values)
 	if err != nil {
