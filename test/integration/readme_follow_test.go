@@ -155,6 +155,20 @@ func TestReadmeFollowSnippetsSeeAHandoff(t *testing.T) {
 		d, ok := strings.CutPrefix(l, "data: ")
 		return ok && json.Unmarshal([]byte(d), &r) == nil && r.IsLeader && r.Token == tok.Token+1
 	}, "a data line with isLeader true and token "+fmt.Sprint(tok.Token+1))
+	// Each snippet follows with one stream: one that retried twice per
+	// error (Node's EventSource fires error again on close()) would have
+	// doubled its streams at every drop above.
+	for _, c := range []struct {
+		name string
+		gate *gate
+	}{{"python", pyGate}, {"go", goGate}, {"javascript", jsGate}} {
+		g.waitFor(30*time.Second, "the "+c.name+" snippet to hold exactly one stream", func(context.Context) error {
+			if n := c.gate.active.Load(); n != 1 {
+				return fmt.Errorf("%d streams open", n)
+			}
+			return nil
+		})
+	}
 }
 
 // followPythonPrelude defines on_leadership for the Python snippet: it
