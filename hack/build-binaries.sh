@@ -20,13 +20,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # Bump to force a rebuild of everything when the recipe below changes.
 RECIPE=3
 
-# Kubernetes and etcd are built the way the test module's packages are compiled by go test and
-# golangci-lint: at the test module's versions of every module both use (their wrapper module requires
-# them, see test_pins), with go's default settings (cgo as the default, no -trimpath). Then the packages
-# they share (std, k8s.io/api, apimachinery, client-go, kustomize, grpc, protobuf, ...) compile once for
-# both: kube-apiserver and kubectl took 1,018 s of CPU with an empty cache built on their own
-# (CGO_ENABLED=0 -trimpath, Kubernetes' versions), 543 s once the test module was compiled; a cold
-# `make test` compiles the test module first (verify). helm is built in the test module itself.
+# Kubernetes, etcd, containerd and the CNI plugins are built the way the test module's packages are
+# compiled by go test and golangci-lint: at the test module's versions of every module both use (their
+# wrapper module requires them, see test_pins), with go's default settings (cgo as the default, no
+# -trimpath). Then the packages they share (std, k8s.io/api, apimachinery, client-go, kustomize, grpc,
+# protobuf, ...) compile once for both: kube-apiserver and kubectl took 1,018 s of CPU with an empty
+# cache built on their own (CGO_ENABLED=0 -trimpath, Kubernetes' versions), 543 s once the test module
+# was compiled; a cold `make test` compiles the test module first (verify). helm is built in the test
+# module itself; runc alone is static (CGO_ENABLED=1 with libseccomp, -extldflags -static).
 
 # Every binary is linked with -w: no DWARF (the symbol table stays, so perf and stack traces still name
 # functions). DWARF more than doubled the link of each Kubernetes binary (kube-apiserver: 19 s against
@@ -60,9 +61,9 @@ spec_of() {
     etcd) echo "recipe=$RECIPE go.etcd.io/etcd/server/v3@$ETCD_VERSION ldflags=-w pins=$(pins_sum)" ;;
     helm) echo "recipe=$RECIPE helm.sh/helm/v4@$HELM_VERSION cmd/helm from test/go.mod $(cksum <"$ELECTOR_ROOT/test/go.mod" | cut -d' ' -f1) ldflags=$HELM_LDFLAGS" ;;
     containerd | containerd-shim-runc-v2 | ctr)
-      echo "recipe=$RECIPE github.com/containerd/containerd/v2@$CONTAINERD_VERSION cmd/$1 tags=$CONTAINERD_TAGS ldflags=$CONTAINERD_LDFLAGS" ;;
+      echo "recipe=$RECIPE github.com/containerd/containerd/v2@$CONTAINERD_VERSION cmd/$1 tags=$CONTAINERD_TAGS ldflags=$CONTAINERD_LDFLAGS pins=$(pins_sum)" ;;
     runc) echo "recipe=$RECIPE github.com/opencontainers/runc@$RUNC_VERSION tags=$RUNC_TAGS ldflags=$RUNC_LDFLAGS static" ;;
-    cni/*) echo "recipe=$RECIPE github.com/containernetworking/plugins@$CNI_PLUGINS_VERSION $1 ldflags=-w" ;;
+    cni/*) echo "recipe=$RECIPE github.com/containernetworking/plugins@$CNI_PLUGINS_VERSION $1 ldflags=-w pins=$(pins_sum)" ;;
     *) die "unknown binary $1" ;;
   esac
 }
@@ -199,8 +200,9 @@ simple_wrapper() {
   echo "$dir"
 }
 
-# wrapper_build DIR LOGNAME OUT LDFLAGS PKG...: go build inside a wrapper module (-o OUT: a dir ending in / or a
-# file), adding requirements and go.sum entries as needed; go's default settings, as go test's (see RECIPE).
+# wrapper_build DIR LOGNAME OUT LDFLAGS [BUILDFLAG...] PKG...: go build inside a wrapper module (-o OUT: a dir
+# ending in / or a file), adding requirements and go.sum entries as needed; go's default settings, as go
+# test's (see RECIPE).
 wrapper_build() {
   local dir="$1" logname="$2" out="$3" ldflags="$4"
   shift 4
@@ -252,12 +254,11 @@ build_containerd() {
   local want=() n
   for n in "${CONTAINERD_BINS[@]}"; do fresh "$n" || want+=("$n"); done
   [[ ${#want[@]} -eq 0 ]] && return 0
-  local out pkgs=()
-  for n in "${want[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$n@$CONTAINERD_VERSION"); done
+  local dir out pkgs=()
+  for n in "${want[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$n"); done
+  dir="$(simple_wrapper containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION")"
   new_tmp
-  (cd / && GOBIN="$out" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 \
-    run_logged "go install containerd" "$LOGS/build-containerd.log" \
-    go install -trimpath -tags "$CONTAINERD_TAGS" -ldflags "$CONTAINERD_LDFLAGS" "${pkgs[@]}")
+  wrapper_build "$dir" containerd "$out/" "$CONTAINERD_LDFLAGS" -tags "$CONTAINERD_TAGS" "${pkgs[@]}"
   for n in "${want[@]}"; do install_bin "$out/$n" "$n"; done
 }
 
@@ -276,18 +277,17 @@ build_cni() {
   local want=() p
   for p in "${CNI_PLUGINS[@]}"; do fresh "cni/$p" || want+=("$p"); done
   [[ ${#want[@]} -eq 0 ]] && return 0
-  local out pkgs=() base="github.com/containernetworking/plugins/plugins"
+  local dir out pkgs=() base="github.com/containernetworking/plugins/plugins"
   for p in "${want[@]}"; do
     case "$p" in
-      host-local) pkgs+=("$base/ipam/$p@$CNI_PLUGINS_VERSION") ;;
-      portmap) pkgs+=("$base/meta/$p@$CNI_PLUGINS_VERSION") ;;
-      *) pkgs+=("$base/main/$p@$CNI_PLUGINS_VERSION") ;;
+      host-local) pkgs+=("$base/ipam/$p") ;;
+      portmap) pkgs+=("$base/meta/$p") ;;
+      *) pkgs+=("$base/main/$p") ;;
     esac
   done
+  dir="$(simple_wrapper cni github.com/containernetworking/plugins "$CNI_PLUGINS_VERSION")"
   new_tmp
-  (cd / && GOBIN="$out" GOFLAGS=-buildvcs=false GOWORK=off CGO_ENABLED=0 \
-    run_logged "go install CNI plugins" "$LOGS/build-cni.log" \
-    go install -trimpath -ldflags -w "${pkgs[@]}")
+  wrapper_build "$dir" cni "$out/" -w "${pkgs[@]}"
   for p in "${want[@]}"; do install_bin "$out/$p" "cni/$p"; done
 }
 
