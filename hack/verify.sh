@@ -22,15 +22,20 @@ log "gofmt: clean"
 # The test module builds the root module's packages (replace => ../): when the two select different
 # versions of a module both build with (golang.org/x/sys, say), every package above it (client-go and
 # the rest) is compiled twice in each configuration (vet, -race, CGO_ENABLED=0) and linted twice: several
-# minutes of a cold run. A warning, not a failure: the fix is a `go get` in the root module.
+# minutes of a cold run. The same holds for hack/tools (grpc, otel, golang.org/x/...) and for the
+# Kubernetes, etcd, containerd and CNI builds, which take the test module's versions
+# (hack/build-binaries.sh). A warning, not a failure: the fix is a `go get` in the other module.
 mods() { go -C "$1" list -deps -f '{{with .Module}}{{.Path}} {{.Version}}{{if not .Version}}(main){{end}}{{end}}' ./... | LC_ALL=C sort -u; }
-drift="$(LC_ALL=C join <(mods .) <(mods test) | awk '$2 != $3 && $2 != "(main)" { printf "  %s: %s in the root module, %s in test/go.mod\n", $1, $2, $3 }')"
-if [[ -n "$drift" ]]; then
-  log "WARNING: the root and the test module select different versions of modules both build with (each makes a cold run compile everything above it twice; fix: go get MODULE@VERSION in the root module):
+test_mods="$(mods test)"
+for m in . hack/tools; do
+  drift="$(LC_ALL=C join <(mods "$m") <(echo "$test_mods") | awk -v m="$m" '$2 != $3 && $2 != "(main)" { printf "  %s: %s in %s, %s in test/go.mod\n", $1, $2, m, $3 }')"
+  if [[ -n "$drift" ]]; then
+    log "WARNING: $m and the test module select different versions of modules both build with (each makes a cold run compile everything above it twice; fix: go get MODULE@VERSION in $m):
 $drift"
-else
-  log "module versions: the root and the test module agree"
-fi
+  else
+    log "module versions: $m and the test module agree"
+  fi
+done
 
 # Every tracked shell script: *.sh and extensionless files with a sh/bash shebang (.ci/run).
 hack/install-deps.sh lint
