@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/api"
@@ -55,6 +56,10 @@ func (w *watcher) forget() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.last, w.seen = "", nil
+	if w.abandon != nil {
+		w.abandon(errForgotten)
+		w.abandon = nil
+	}
 }
 
 // serve calls fn with the states the reader hands over, until ctx ends.
@@ -108,4 +113,34 @@ func (w *watcher) serve(ctx context.Context) {
 			w.fn(given)
 		}
 	}
+}
+
+// errForgotten ends a request that carried an ETag forget has dropped since.
+var errForgotten = errors.New("the last state was forgotten (fn was given the unknown state): asking again")
+
+// withLast gives a request the last ETag and a context that forget cancels:
+// the sidecar answers a request carrying the ETag of its current state with
+// nothing until that state changes, so one still in flight when fn is given
+// the unknown state (its expiry) would otherwise wait, and fn with it,
+// while the sidecar vouches again for that same state. done ends it; err
+// maps the request's error to errForgotten when forget cancelled it.
+func (w *watcher) withLast(ctx context.Context) (rctx context.Context, last string, done func(), err func(error) error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	w.mu.Lock()
+	last = w.last
+	w.abandon = cancel
+	w.mu.Unlock()
+	done = func() {
+		w.mu.Lock()
+		w.abandon = nil
+		w.mu.Unlock()
+		cancel(nil)
+	}
+	err = func(e error) error {
+		if e != nil && errors.Is(context.Cause(rctx), errForgotten) && ctx.Err() == nil {
+			return errForgotten
+		}
+		return e
+	}
+	return rctx, last, done, err
 }

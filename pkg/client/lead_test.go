@@ -165,6 +165,38 @@ func TestRunWhileLeadingCancelsWhenTheSidecarIsUnreachable(t *testing.T) {
 	lr.nextStart(t, 7)
 }
 
+// TestRunWhileLeadingStartsAgainWhenAReconnectCarriedTheExpiredState: the
+// stream drops, and the reconnect (Last-Event-ID: the ETag of token 7's
+// state) is still in flight when token 7's validity runs out and fn ends.
+// The sidecar, leading with token 7 again, answers a request carrying its
+// current state's ETag with nothing until that state changes: the client
+// must ask again, or fn would not run while the sidecar vouches for it.
+func TestRunWhileLeadingStartsAgainWhenAReconnectCarriedTheExpiredState(t *testing.T) {
+	sc := startSidecar(t, leadingFor(400*time.Millisecond))
+	lr := startRunWhileLeading(t, sc.URL)
+	lr.nextStart(t, 7)
+	release, held := make(chan struct{}), make(chan struct{}, 1)
+	sc.setHook(func(_ int, _ http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/watch" && r.Header.Get("Last-Event-ID") != "" {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return false
+	})
+	defer close(release)
+	sc.CloseClientConnections()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not reconnect with Last-Event-ID within 10s")
+	}
+	lr.nextEnd(t, "did not vouch for token 7 in time")
+	lr.nextStart(t, 7)
+}
+
 func TestRunWhileLeadingEndsFnWithItsContext(t *testing.T) {
 	sc := startSidecar(t, leading)
 	c := newClient(t, sc.URL)

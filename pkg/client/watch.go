@@ -85,6 +85,9 @@ type watcher struct {
 	last    string
 	seen    *api.LeaderResponse
 	pending *received
+	// abandon cancels the request in flight that carries last (as
+	// Last-Event-ID or If-None-Match); forget calls it (see withLast).
+	abandon context.CancelCauseFunc
 	// early304: the last long-poll answered 304 before its wait was over.
 	early304 bool
 }
@@ -111,6 +114,8 @@ func (w *watcher) run(ctx context.Context) error {
 		}
 		var se *StatusError
 		switch {
+		case errors.Is(err, errForgotten):
+			continue // ask again at once, for the current state
 		case mode == modeStream && errors.As(err, &se) && se.StatusCode == http.StatusNotFound:
 			mode = modeLongPoll
 			w.report(fmt.Errorf("%w (%v): long-polling GET /leader instead", ErrNoWatch, err))
@@ -204,7 +209,9 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 		held    *received // parsed, with more already received behind it
 		heldTag string
 	)
-	return w.c.followStream(ctx, w.lastETag(), func(ev streamEvent) error {
+	rctx, last, done, forgotten := w.withLast(ctx)
+	defer done()
+	answered, err = w.c.followStream(rctx, last, func(ev streamEvent) error {
 		if ev.event != "leader" || len(ev.data) == 0 {
 			return nil
 		}
@@ -224,6 +231,7 @@ func (w *watcher) stream(ctx context.Context) (answered bool, err error) {
 			held = nil
 		}
 	})
+	return answered, forgotten(err)
 }
 
 // streamEvent is one server-sent event of GET /watch.
@@ -332,7 +340,8 @@ var errNoLongPoll = errors.New("the sidecar has no GET /leader long-poll")
 // a long-poll on the last ETag.
 func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
 	w.early304 = false
-	last := w.lastETag()
+	rctx, last, done, forgotten := w.withLast(ctx)
+	defer done()
 	if last == "" {
 		answered, err := w.poll(ctx)
 		if err == nil && w.lastETag() == "" {
@@ -341,12 +350,12 @@ func (w *watcher) longPoll(ctx context.Context) (answered bool, err error) {
 		return answered, err
 	}
 	wait := w.c.longPollWait
-	lctx, cancel := context.WithTimeout(ctx, wait+w.c.timeout)
+	lctx, cancel := context.WithTimeout(rctx, wait+w.c.timeout)
 	defer cancel()
 	sent := time.Now()
 	resp, err := w.c.do(lctx, http.MethodGet, "/leader", "wait="+wait.String(), http.Header{"If-None-Match": {last}})
 	if err != nil {
-		return false, err
+		return false, forgotten(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if err := checkStatus(resp, "/leader", http.StatusOK, http.StatusNotModified); err != nil {
