@@ -59,7 +59,7 @@ spec_of() {
     kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler)
       echo "recipe=$RECIPE k8s.io/kubernetes@$K8S_VERSION staging@$K8S_STAGING_VERSION cmd/$1 ldflags=$K8S_LDFLAGS pins=$(pins_sum)" ;;
     etcd) echo "recipe=$RECIPE go.etcd.io/etcd/server/v3@$ETCD_VERSION ldflags=-w pins=$(pins_sum)" ;;
-    helm) echo "recipe=$RECIPE helm.sh/helm/v4@$HELM_VERSION cmd/helm from test/go.mod $(cksum <"$ELECTOR_ROOT/test/go.mod" | cut -d' ' -f1) ldflags=$HELM_LDFLAGS" ;;
+    helm) echo "recipe=$RECIPE helm.sh/helm/v4@$HELM_VERSION cmd/helm from test/go.mod ldflags=$HELM_LDFLAGS pins=$(pins_sum)" ;;
     containerd | containerd-shim-runc-v2 | ctr)
       echo "recipe=$RECIPE github.com/containerd/containerd/v2@$CONTAINERD_VERSION cmd/$1 tags=$CONTAINERD_TAGS ldflags=$CONTAINERD_LDFLAGS pins=$(pins_sum)" ;;
     runc) echo "recipe=$RECIPE github.com/opencontainers/runc@$RUNC_VERSION tags=$RUNC_TAGS ldflags=$RUNC_LDFLAGS static" ;;
