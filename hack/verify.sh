@@ -16,7 +16,7 @@ fi
 log "gofmt: clean"
 
 # go vet: golangci-lint (the last step) runs it as its govet linter, with go vet's own default
-# analyzers, on every module and on test/e2e with its build tag. A separate `go vet ./...` ran the same
+# analyzers, on every module (with test/e2e's build tag, hack/golangci-lint.sh). A separate `go vet ./...` ran the same
 # analyzers over every dependency a second time (several minutes of a cold run).
 
 # The test module builds the root module's packages (replace => ../): when the two select different
