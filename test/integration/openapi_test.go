@@ -360,31 +360,14 @@ func TestOpenAPIDescribesTheLocalAPI(t *testing.T) {
 	want(newReq("DELETE", "/token"), 405)
 	want(newReq("GET", "/release"), 405)
 
-	// The waiter limit (1 here): a long-poll waits; the next stream and
-	// long-poll get 503 with Retry-After.
-	lctx, lcancel := context.WithCancel(context.Background())
-	waiting := make(chan struct{})
-	go func() {
-		defer close(waiting)
-		req, _ := http.NewRequestWithContext(lctx, "GET", srv.URL+"/leader?wait=5m", nil)
-		req.Header.Set("If-None-Match", etag)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			_ = resp.Body.Close()
-		}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, _ := s.check(srv.URL, newReq("GET", "/watch"))
-		if got == http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /watch: %d while a long-poll waits at the limit of 1, want 503", got)
-		}
-	}
+	// The waiter limit (1 here): while a /watch stream holds the slot, the
+	// next stream and a long-poll get 503 with Retry-After. (A long-poll
+	// takes a slot as a stream does: pkg/localapi's
+	// TestWatchersAndLongPollsBeyondTheLimitGet503.)
+	hold := holdTheOnlySlot(t, srv.URL)
+	want(newReq("GET", "/watch"), 503)
 	want(newReq("GET", "/leader?wait=5m", "If-None-Match", etag), 503)
-	lcancel()
-	<-waiting
+	hold()
 
 	// A follower, a holder that cannot prove its term, not ready, a dead loop.
 	el.set(func(e *openAPIElector) { e.status = following })
@@ -458,31 +441,11 @@ func TestOpenAPIDescribesTheLocalAPI(t *testing.T) {
 		set.set(func(e *openAPISet) { e.releaseErr = err })
 		wantS(newReq("POST", "/release?shard=1"), code)
 	}
-	// The waiter limit (1): while a /watch stream holds the slot (its first
-	// event read, so its handler has taken it), a /shards long-poll gets 503.
-	// The streams opened above free the slot once their handlers see them
-	// gone: until then this one gets 503.
-	sctx, scancel := context.WithCancel(context.Background())
-	var sresp *http.Response
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		sreq, _ := http.NewRequestWithContext(sctx, "GET", ssrv.URL+"/watch", nil)
-		if sresp, err = http.DefaultClient.Do(sreq); err != nil {
-			t.Fatal(err)
-		}
-		if sresp.StatusCode == http.StatusOK {
-			break
-		}
-		_ = sresp.Body.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("shard set: GET /watch: %d for 30s, want a stream once the earlier ones have ended", sresp.StatusCode)
-		}
-	}
-	if _, err := bufio.NewReader(sresp.Body).ReadString('\n'); err != nil {
-		t.Fatalf("shard set: GET /watch: reading its first line: %v", err)
-	}
+	// The waiter limit (1): while a /watch stream holds the slot, a /shards
+	// long-poll gets 503.
+	hold = holdTheOnlySlot(t, ssrv.URL)
 	wantS(newReq("GET", "/shards?wait=5m", "If-None-Match", stag), 503)
-	scancel()
-	_ = sresp.Body.Close()
+	hold()
 	set.set(func(e *openAPISet) { e.status = shards.Status{Set: "ns/q", Identity: "pod-a", Shards: 4} })
 	wantS(newReq("GET", "/shards/1/token"), 503)
 
@@ -530,5 +493,36 @@ func TestOpenAPIDescribesTheLocalAPI(t *testing.T) {
 	}
 	if !slices.Contains(s.documented(), "POST /release 204") {
 		t.Error("docs/openapi.yaml does not document POST /release 204")
+	}
+}
+
+// holdTheOnlySlot opens a /watch stream on base (a handler with one waiter
+// slot) and reads its first line, so its handler holds the slot; it returns
+// the function that closes the stream. Streams opened before free the slot
+// only once their handlers see them gone: until then a 503 is retried, for
+// up to 30s.
+func holdTheOnlySlot(t *testing.T, base string) (release func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/watch", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK {
+			release = func() { cancel(); _ = resp.Body.Close() }
+			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+				release()
+				t.Fatalf("GET /watch: reading its first line: %v", err)
+			}
+			return release
+		}
+		_ = resp.Body.Close()
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("GET /watch: %d for 30s, want a stream once the earlier ones have ended", resp.StatusCode)
+		}
 	}
 }
