@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/elector-sidecar/elector-sidecar/test/framework"
 )
@@ -43,9 +44,10 @@ func TestFenceValuesRenderThePolicyBindingHolderCheckAndRole(t *testing.T) {
 		"fence.rules[0].apiGroups[0]=example.com", "fence.rules[0].resources={widgets,widgets/status}"}})
 	name := "demo-elector-sidecar.elector-test.fence.elector-sidecar"
 	holder := "demo-elector-sidecar.elector-test.fence-holder.elector-sidecar"
+	anchor := "demo-elector-sidecar.elector-test.fence-lease-anchor.elector-sidecar"
 	want := []string{"Role/demo-elector-sidecar-fence", "RoleBinding/demo-elector-sidecar-fence",
-		"ValidatingAdmissionPolicy/" + name, "ValidatingAdmissionPolicy/" + holder,
-		"ValidatingAdmissionPolicyBinding/" + name, "ValidatingAdmissionPolicyBinding/" + holder}
+		"ValidatingAdmissionPolicy/" + name, "ValidatingAdmissionPolicy/" + holder, "ValidatingAdmissionPolicy/" + anchor,
+		"ValidatingAdmissionPolicyBinding/" + name, "ValidatingAdmissionPolicyBinding/" + holder, "ValidatingAdmissionPolicyBinding/" + anchor}
 	slices.Sort(want)
 	if got := fenceObjects(r); !slices.Equal(got, want) {
 		t.Fatalf("fence objects:\n got  %v\n want %v", got, want)
@@ -87,6 +89,28 @@ func TestFenceValuesRenderThePolicyBindingHolderCheckAndRole(t *testing.T) {
 	if pr := hb.Spec.ParamRef; pr == nil || pr.Name != "demo-elector-sidecar" || pr.Namespace != "elector-test" ||
 		pr.ParameterNotFoundAction == nil || *pr.ParameterNotFoundAction != admissionv1.DenyAction {
 		t.Errorf("holder check paramRef %+v, want the release's Lease, Deny if missing", pr)
+	}
+
+	// The Lease anchor (kubernetes/kubernetes#130887): a binding of a policy
+	// with a Lease parameter that helm keeps, matching no request.
+	var ap admissionv1.ValidatingAdmissionPolicy
+	var ab admissionv1.ValidatingAdmissionPolicyBinding
+	toTyped(t, r.get(t, "ValidatingAdmissionPolicy", anchor), &ap)
+	toTyped(t, r.get(t, "ValidatingAdmissionPolicyBinding", anchor), &ab)
+	for _, m := range []metav1.ObjectMeta{ap.ObjectMeta, ab.ObjectMeta} {
+		if m.Annotations["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("%s: annotations %v, want helm.sh/resource-policy: keep", m.Name, m.Annotations)
+		}
+	}
+	if ap.Spec.ParamKind == nil || *ap.Spec.ParamKind != *hp.Spec.ParamKind {
+		t.Errorf("the Lease anchor's paramKind %+v, want the holder check's %+v", ap.Spec.ParamKind, hp.Spec.ParamKind)
+	}
+	if rules := ap.Spec.MatchConstraints.ResourceRules; len(rules) != 1 || !slices.Equal(rules[0].APIGroups, []string{"elector-sidecar.io"}) {
+		t.Errorf("the Lease anchor's resource rules %+v, want only the elector-sidecar.io group, which serves nothing", rules)
+	}
+	if pr := ab.Spec.ParamRef; ab.Spec.PolicyName != anchor || pr == nil || pr.Name != "demo-elector-sidecar" || pr.Namespace != "elector-test" ||
+		pr.ParameterNotFoundAction == nil || *pr.ParameterNotFoundAction != admissionv1.AllowAction {
+		t.Errorf("the Lease anchor's binding %+v, want its policy and the release's Lease, Allow if missing", ab.Spec)
 	}
 
 	var role rbacv1.Role
@@ -164,8 +188,8 @@ func TestReadmeFenceValuesRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := mustRender(t, renderOpts{ValueFiles: []string{rel}})
-	if got := fenceObjects(r); len(got) != 6 {
-		t.Fatalf("README %s renders %v, want two policies, two bindings, a Role and a RoleBinding", blocks[0].Where(), got)
+	if got := fenceObjects(r); len(got) != 8 {
+		t.Fatalf("README %s renders %v, want three policies and their bindings (the fence, the holder check, the Lease anchor), a Role and a RoleBinding", blocks[0].Where(), got)
 	}
 	var role rbacv1.Role
 	toTyped(t, r.get(t, "Role", "demo-elector-sidecar-fence"), &role)
@@ -174,13 +198,14 @@ func TestReadmeFenceValuesRender(t *testing.T) {
 	}
 }
 
-// config/fence (and holder-check/, role/) are the chart's fence for release
+// config/fence (and holder-check/, lease-anchor/, role/) are the chart's fence for release
 // elector-sidecar in namespace default, up to the objects' names.
 func TestKustomizeFenceMatchesChart(t *testing.T) {
 	h := mustRenderAs(t, "elector-sidecar", "default", renderOpts{Set: []string{"fence.enabled=true", "fence.holderCheck.enabled=true", "fence.rbac.create=true"}})
 	for _, tt := range []struct{ dir, chartName string }{
 		{"fence", "elector-sidecar.default.fence.elector-sidecar"},
 		{"fence/holder-check", "elector-sidecar.default.fence-holder.elector-sidecar"},
+		{"fence/lease-anchor", "elector-sidecar.default.fence-lease-anchor.elector-sidecar"},
 	} {
 		k := kustomize(t, tt.dir)
 		var kp, hp admissionv1.ValidatingAdmissionPolicy

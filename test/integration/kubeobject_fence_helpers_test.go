@@ -64,6 +64,7 @@ type fenceEnv struct {
 	admin  dynamic.Interface
 	sa     string // the app's ServiceAccount user name, from the chart's RoleBinding
 	holder bool
+	remove []func() // deletes one of the release's objects (not the kept ones), in install order
 }
 
 func adminDynamic(t *testing.T) dynamic.Interface {
@@ -161,6 +162,7 @@ func installFence(t *testing.T, ctx context.Context, ns, lease string, holder bo
 	t.Helper()
 	installWidgetCRD(t, ctx)
 	f := &fenceEnv{t: t, ctx: ctx, ns: ns, admin: adminDynamic(t), holder: holder}
+	t.Cleanup(f.deleteObjects)
 	objs := renderFence(t, ns, lease, fmt.Sprintf("fence.holderCheck.enabled=%v", holder))
 	for _, o := range objs {
 		gvr := gvrByKind[o.GetKind()]
@@ -168,12 +170,15 @@ func installFence(t *testing.T, ctx context.Context, ns, lease string, holder bo
 		if o.GetNamespace() != "" {
 			r = f.admin.Resource(gvr).Namespace(o.GetNamespace())
 		}
-		if _, err := r.Create(ctx, o, metav1.CreateOptions{}); err != nil {
+		// helm.sh/resource-policy: keep (the fence's Lease anchor): helm leaves
+		// it on uninstall and takes it over on the next install.
+		kept := o.GetAnnotations()["helm.sh/resource-policy"] == "keep"
+		if _, err := r.Create(ctx, o, metav1.CreateOptions{}); err != nil && !(kept && apierrors.IsAlreadyExists(err)) {
 			t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
-		if o.GetNamespace() == "" {
+		if !kept {
 			name := o.GetName()
-			t.Cleanup(func() { _ = r.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+			f.remove = append(f.remove, func() { _ = r.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 		}
 		if o.GetKind() == "RoleBinding" {
 			subj := o.Object["subjects"].([]any)[0].(map[string]any)
@@ -205,6 +210,30 @@ func installFence(t *testing.T, ctx context.Context, ns, lease string, holder bo
 		})
 	}
 	return f
+}
+
+// deleteObjects deletes the release's objects in the reverse of install
+// order, as helm uninstall does: the holder check before the fence.
+func (f *fenceEnv) deleteObjects() {
+	for i := len(f.remove) - 1; i >= 0; i-- {
+		f.remove[i]()
+	}
+	f.remove = nil
+}
+
+// uninstall deletes the release's fence objects (not the kept Lease anchor)
+// and waits until the apiserver no longer applies the fence: a create
+// without a token is admitted. The fence goes last, so the apiserver's
+// policies are then ones it computed without any of the release's bindings,
+// the step that also stops a parameter informer no binding uses.
+func (f *fenceEnv) uninstall() {
+	f.t.Helper()
+	f.deleteObjects()
+	probe := fencedObject(configMapsGVR, "probe", nil)
+	f.waitFor("the fence to admit a ConfigMap without a token once uninstalled", func(ctx context.Context) error {
+		_, err := f.admin.Resource(configMapsGVR).Namespace(f.ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
 }
 
 func (f *fenceEnv) waitFor(what string, cond func(ctx context.Context) error) {

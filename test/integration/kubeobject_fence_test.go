@@ -166,7 +166,12 @@ func TestKubeObjectFenceHolderCheckWindowAfterATakeover(t *testing.T) {
 		newW := f.writer(holder, configMapsGVR)
 		newRes, oldRes := f.as(holder).Resource(configMapsGVR).Namespace(ns), f.as(prev).Resource(configMapsGVR).Namespace(ns)
 		var newAt, oldAt time.Duration
-		for (newAt == 0 || oldAt == 0) && ctx.Err() == nil {
+		for newAt == 0 || oldAt == 0 {
+			if time.Since(updated) > 30*time.Second {
+				t.Fatalf("round %d: the holder check still judged by the Lease before the takeover 30s after it (new holder admitted: %v, "+
+					"old holder rejected: %v): the API server's Lease informer for admission has stopped (kubernetes/kubernetes#130887; "+
+					"the fence's Lease anchor should have prevented it)", i, newAt != 0, oldAt != 0)
+			}
 			if newAt == 0 {
 				err := dryRunUpdate(ctx, newRes, int64(transitions), cur)
 				switch {

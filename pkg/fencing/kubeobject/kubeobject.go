@@ -52,7 +52,9 @@ const TokenAnnotation = "elector-sidecar.io/fencing-token"
 // judged a write against an older Lease than the one that issued its token:
 // the API server reads the Lease from its own cache, which can lag a
 // takeover by a moment. The write was not admitted; retrying it shortly is
-// safe.
+// safe. If it lasts for more than a few seconds, the API server's Lease
+// informer for admission has stopped (kubernetes/kubernetes#130887, which
+// the chart's fence Lease anchor prevents): restart the API servers.
 var ErrLeaseNotObserved = errors.New("the fence has not yet observed the lease that issued this token")
 
 // Stamp sets TokenAnnotation on obj to token (any typed or unstructured
