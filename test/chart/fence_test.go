@@ -153,6 +153,14 @@ func TestFenceNotesPrintTheAdminCommand(t *testing.T) {
 		strings.Contains(on.Notes, "not fenced") {
 		t.Fatalf("NOTES with the fence on:\n%s", on.Notes)
 	}
+	if strings.Contains(on.Notes, "Lease anchor") {
+		t.Fatalf("NOTES name the Lease anchor without the holder check:\n%s", on.Notes)
+	}
+	holder := mustRender(t, renderOpts{Set: []string{"fence.rbac.create=true", "fence.enabled=true", "fence.holderCheck.enabled=true"}})
+	if !strings.Contains(holder.Notes, "Lease anchor demo-elector-sidecar.elector-test.fence-lease-anchor.elector-sidecar") ||
+		!strings.Contains(holder.Notes, "stays after helm uninstall") {
+		t.Fatalf("NOTES with the holder check:\n%s", holder.Notes)
+	}
 }
 
 // The README's values block under "Fencing Kubernetes objects" renders both
