@@ -55,7 +55,7 @@ const TokenAnnotation = "elector-sidecar.io/fencing-token"
 // safe. If it lasts for more than a few seconds, the API server's Lease
 // informer for admission has stopped (kubernetes/kubernetes#130887, which
 // the chart's fence Lease anchor prevents): restart the API servers.
-var ErrLeaseNotObserved = errors.New("the fence has not yet observed the lease that issued this token")
+var ErrLeaseNotObserved = errors.New("the fence has not yet observed the lease that issued this token (retry; if it lasts, see kubernetes/kubernetes#130887)")
 
 // Stamp sets TokenAnnotation on obj to token (any typed or unstructured
 // object); write obj with the call's error passed through Error.
