@@ -137,7 +137,9 @@ func TestAPIServer(t *testing.T) {
 			sources["chart "+strings.Join(files, ",")] = mustRender(t, renderOpts{ValueFiles: files}).Objects
 		}
 		sources["chart plain-container+statefulset"] = mustRender(t, renderOpts{ValueFiles: []string{"plain-container.yaml", "statefulset.yaml"}}).Objects
-		for _, dir := range []string{"rbac", "lease-guard", "samples/demo", "samples/statefulset"} {
+		sources["chart fence with the holder check"] = mustRender(t, renderOpts{Set: []string{"fence.enabled=true", "fence.holderCheck.enabled=true", "fence.rbac.create=true",
+			"fence.rules[0].apiGroups[0]=", "fence.rules[0].resources={configmaps}"}}).Objects
+		for _, dir := range []string{"rbac", "lease-guard", "fence", "fence/holder-check", "fence/lease-anchor", "fence/role", "samples/demo", "samples/statefulset"} {
 			objs := kustomize(t, dir).Objects
 			for _, o := range objs {
 				if o.GetKind() == "Namespace" {
