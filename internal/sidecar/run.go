@@ -148,7 +148,7 @@ func Run(ctx context.Context, c *Config, log *slog.Logger) error {
 		apiOpts = append(apiOpts, localapi.WithShards(set))
 	}
 	api := localapi.NewHandler(el, metrics, apiOpts...)
-	servers := []*http.Server{localapi.NewServer(c.HTTPAddress, api)}
+	servers := []*localapi.Server{localapi.NewServer(c.HTTPAddress, api)}
 	if addr := c.DiagnosticsAddress(); addr != "" {
 		// --http-endpoint: /healthz, /readyz and /metrics only, for probes and scrapers on the pod IP.
 		servers = append(servers, localapi.NewServer(addr, api.Diagnostics()))

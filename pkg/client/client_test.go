@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -108,6 +109,7 @@ type sidecar struct {
 	*httptest.Server
 	el  *fakeElector
 	api http.Handler
+	ln  *trackedListener
 
 	mu       sync.Mutex
 	requests []*http.Request
@@ -117,11 +119,46 @@ type sidecar struct {
 func startSidecar(t testing.TB, s election.Status, opts ...localapi.Option) *sidecar {
 	el := &fakeElector{status: s}
 	sc := &sidecar{el: el, api: localapi.NewHandler(el, nil, opts...)}
-	sc.Server = httptest.NewServer(sc)
+	sc.Server = httptest.NewUnstartedServer(sc)
+	sc.ln = &trackedListener{Listener: sc.Listener, conns: map[net.Conn]struct{}{}}
+	sc.Listener = sc.ln
+	sc.Start()
 	if t != nil {
-		t.Cleanup(sc.Close)
+		t.Cleanup(func() { sc.Close(); sc.dropConnections() })
 	}
 	return sc
+}
+
+// dropConnections closes every connection the sidecar has open: the
+// sidecar drops its streams (httptest's CloseClientConnections does not see
+// a /watch stream, whose connection the local API takes over from net/http).
+func (sc *sidecar) dropConnections() { sc.ln.closeAll() }
+
+// trackedListener keeps every connection it accepted, to close them all.
+type trackedListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+}
+
+func (l *trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conns[c] = struct{}{}
+	return c, nil
+}
+
+func (l *trackedListener) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		_ = c.Close()
+		delete(l.conns, c)
+	}
 }
 
 func (sc *sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -513,7 +550,7 @@ func TestWatchReconnectsWithLastEventIDAfterTheStreamDrops(t *testing.T) {
 	wr.next(t, true, "pod-a")
 	etag := sc.etag(t)
 
-	sc.CloseClientConnections() // the sidecar drops the stream
+	sc.dropConnections() // the sidecar drops the stream
 	waitFor(t, "a second /watch", func() bool { return len(sc.requestsTo("/watch")) >= 2 })
 	reqs := sc.requestsTo("/watch")
 	if got := reqs[1].Header.Get("Last-Event-ID"); got != etag {

@@ -156,7 +156,7 @@ func TestRunWhileLeadingCancelsWhenTheSidecarIsUnreachable(t *testing.T) {
 	lr := startRunWhileLeading(t, sc.URL)
 	lr.nextStart(t, 7)
 	sc.setHook(func(int, http.ResponseWriter, *http.Request) bool { panic(http.ErrAbortHandler) })
-	sc.CloseClientConnections()
+	sc.dropConnections()
 	lr.nextEnd(t, "did not vouch for token 7 in time")
 	// Back, leading with the same token: fn runs again (the client had
 	// given it up).
@@ -204,7 +204,7 @@ func reconnectOutlivedTheState(t *testing.T) bool {
 		return false
 	})
 	defer close(release)
-	sc.CloseClientConnections()
+	sc.dropConnections()
 	select {
 	case <-held:
 	case cause := <-lr.ended:

@@ -146,7 +146,7 @@ func TestWatchSaysUnknownWhenTheSidecarDiesWhileLeading(t *testing.T) {
 	wr := startWatch(t, sc.URL)
 	s := wr.next(t, true, "pod-a")
 	sc.setHook(func(int, http.ResponseWriter, *http.Request) bool { panic(http.ErrAbortHandler) })
-	sc.CloseClientConnections()
+	sc.dropConnections()
 	u := wr.next(t, false, "")
 	if !client.IsUnknown(u) || u.Identity != "pod-a" || u.Lease != "ns/l" || u.Token != 0 || u.ExpiresInMs != 0 {
 		t.Fatalf("after the sidecar died fn got %+v, want the unknown state", u)

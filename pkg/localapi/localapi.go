@@ -109,6 +109,7 @@ type Handler struct {
 	// closing is closed by CloseStreams (on the server's Shutdown).
 	closing   chan struct{}
 	closeOnce sync.Once
+	streams   streamSet // the streams on connections of their own (stream.go)
 	shards    *shardAPI // WithShards: the set served instead of el
 }
 
@@ -257,7 +258,7 @@ var tooLarge = "request body too large (" + strconv.Itoa(MaxRequestBodyBytes) + 
 // server's Shutdown calls its CloseStreams, so that Shutdown returns once
 // the streams and long-polls have had their last answer instead of at its
 // deadline.
-func NewServer(addr string, h http.Handler) *http.Server {
+func NewServer(addr string, h http.Handler) *Server {
 	srv := &http.Server{
 		Addr:              addr,
 		Handler:           h,
@@ -267,10 +268,11 @@ func NewServer(addr string, h http.Handler) *http.Server {
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
 	}
-	if api, ok := h.(*Handler); ok {
+	api, _ := h.(*Handler)
+	if api != nil {
 		srv.RegisterOnShutdown(api.CloseStreams)
 	}
-	return srv
+	return &Server{Server: srv, api: api}
 }
 
 func (h *Handler) leader(w http.ResponseWriter, r *http.Request) {

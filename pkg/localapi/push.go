@@ -230,6 +230,8 @@ type pushFrame interface {
 // and whose event at an instant (read just after it) next returns: the
 // event at once (unless Last-Event-ID is its id), then one whenever the id
 // changes, a heartbeat every interval, the latest state on CloseStreams.
+// Over HTTP/1.1 the stream runs on its connection, taken over from net/http,
+// after the handler returns (stream.go).
 func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, changed func() <-chan struct{}, next func(at time.Time) pushFrame) {
 	if _, ok := queryParams(w, r); !ok {
 		return
@@ -244,47 +246,45 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, changed fu
 	if !h.acquire(w) {
 		return
 	}
-	defer h.releaseSlot()
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	// write sends b and flushes it, within the write timeout.
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-		if len(b) > 0 {
-			if _, err := w.Write(b); err != nil {
-				return false
-			}
-		}
-		return rc.Flush() == nil
-	}
-	if !write(nil) { // the headers, even when no event follows at once
+	last := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
+	if s := hijackStream(w, r, h.writeTimeout); s != nil {
+		h.streams.add()
+		go func() {
+			defer h.streams.done()
+			defer h.releaseSlot()
+			s.finish(h.stream(s, last, changed, next))
+		}()
 		return
 	}
-	last := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
+	defer h.releaseSlot()
+	h.stream(newResponseStream(w, r, h.writeTimeout), last, changed, next)
+}
+
+// stream writes a stream's events to s (see serveStream); true if it ended
+// cleanly (on CloseStreams, after the latest state), false if the client
+// went away or a write failed.
+func (h *Handler) stream(s streamConn, last string, changed func() <-chan struct{}, next func(at time.Time) pushFrame) bool {
+	if !s.open() {
+		return false
+	}
 	ticker := h.clock.NewTicker(h.heartbeat)
 	defer ticker.Stop()
 	var tail []byte // this stream's end of each event: `,"expiresInMs":<n>}` and the blank line
 	for closed := false; ; {
 		ch := changed()
 		if f := next(h.clock.Now()); f.id() != last {
-			// The shared head, then this stream's tail: both go into the
-			// connection's buffer, and one flush sends them.
-			_ = rc.SetWriteDeadline(time.Now().Add(h.writeTimeout))
-			if _, err := w.Write(f.header()); err != nil {
-				return
-			}
+			// The shared head, then this stream's tail, in one write.
 			tail = f.appendTail(tail[:0], h.clock.Now())
-			if !write(tail) {
-				return
+			if !s.send(f.header(), tail) {
+				return false
 			}
 			last = f.id()
 		}
 		if closed {
-			return
+			return true
 		}
 		for waiting := true; waiting; {
 			select {
@@ -293,11 +293,11 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, changed fu
 			case <-h.closing:
 				closed, waiting = true, false
 			case <-ticker.C():
-				if !write(heartbeat) {
-					return
+				if !s.send(heartbeat, nil) {
+					return false
 				}
-			case <-r.Context().Done():
-				return
+			case <-s.gone():
+				return false
 			}
 		}
 	}

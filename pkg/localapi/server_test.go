@@ -39,7 +39,7 @@ func startLimited(t *testing.T, h http.Handler, maxConns int, adjust func(*http.
 	ls := &limitedServer{addr: ln.Addr().String()}
 	srv := NewServer(ls.addr, h)
 	if adjust != nil {
-		adjust(srv)
+		adjust(srv.Server)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -2,11 +2,14 @@ package localapi
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/elector-sidecar/elector-sidecar/pkg/election"
 )
@@ -118,6 +121,85 @@ func TestShutdownSendsAStreamTheChangeItHasNotSentYet(t *testing.T) {
 	}
 	if last.IsLeader || last.Holder != "" {
 		t.Errorf("the stream's last state before it ended was %+v, want the latest (nobody leads)", last)
+	}
+}
+
+// gatedListener's connections hold every write while gate is locked.
+type gatedListener struct {
+	net.Listener
+	gate *sync.RWMutex
+}
+
+func (l gatedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return gatedConn{Conn: c, gate: l.gate}, nil
+}
+
+type gatedConn struct {
+	net.Conn
+	gate *sync.RWMutex
+}
+
+func (c gatedConn) Write(b []byte) (int, error) {
+	c.gate.RLock()
+	defer c.gate.RUnlock()
+	return c.Conn.Write(b)
+}
+
+// TestShutdownWaitsForAStreamStillWritingItsLastState: a /watch stream runs
+// on its connection after its handler returned (stream.go), where
+// http.Server's Shutdown does not see it; NewServer's Shutdown still returns
+// only once the stream has written its latest state and ended, and says so
+// (ctx's error) when its deadline comes first.
+func TestShutdownWaitsForAStreamStillWritingItsLastState(t *testing.T) {
+	el := &fakeElector{status: leading, alive: true}
+	h := NewHandler(el, nil)
+	srv := NewServer("", h)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gate sync.RWMutex
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(gatedListener{Listener: ln, gate: &gate})
+	}()
+	defer func() { _ = srv.Close(); <-served }()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	s := openWatch(t, client, "http://"+ln.Addr().String(), nil)
+	s.nextLeader()
+
+	gate.Lock() // the server's writes wait from here on
+	el.set(nobody)
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown returned %v while a stream could not write its latest state, want %v", err, context.DeadlineExceeded)
+	}
+	gate.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown once the stream could write: %v", err)
+	}
+	if n := h.waiters.Load(); n != 0 {
+		t.Errorf("%d stream(s) still running after Shutdown returned", n)
+	}
+	var last LeaderResponse
+	for _, l := range s.ended(t) {
+		if strings.HasPrefix(l, "data: ") {
+			if err := json.Unmarshal([]byte(l[6:]), &last); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if last.IsLeader {
+		t.Errorf("the stream's last state was %+v, want the latest (nobody leads)", last)
 	}
 }
 

@@ -5,28 +5,38 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// countingWriter counts the leader events a handler writes.
-type countingWriter struct {
-	http.ResponseWriter
+// eventCounter is a listener whose connections count the leader events
+// the server writes to them (whether a stream writes through net/http or
+// on the connection it took over).
+type eventCounter struct {
+	net.Listener
 	events *atomic.Int64
 }
 
-func (c *countingWriter) Write(b []byte) (int, error) {
-	n, err := c.ResponseWriter.Write(b)
-	if bytes.Contains(b, []byte("event: leader")) {
-		c.events.Add(1)
+func (l eventCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
-	return n, err
+	return countingConn{Conn: c, events: l.events}, nil
 }
 
-func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+type countingConn struct {
+	net.Conn
+	events *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.events.Add(int64(bytes.Count(b[:n], []byte("event: leader"))))
+	return n, err
+}
 
 // TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast: what
 // push.go and the README say a slow reader gets. A reader that stops
@@ -39,10 +49,18 @@ func TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast(t *testin
 	el := &fakeElector{status: following, alive: true}
 	var written atomic.Int64
 	h := NewHandler(el, nil)
-	url, _ := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&countingWriter{ResponseWriter: w, events: &written}, r)
-	}))
-	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer("", h)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(eventCounter{Listener: ln, events: &written})
+	}()
+	defer func() { _ = srv.Close(); <-served }()
+	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
