@@ -252,12 +252,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // tooLarge is the error of a 413.
 var tooLarge = "request body too large (" + strconv.Itoa(MaxRequestBodyBytes) + " bytes at most; no endpoint takes a body)"
 
-// NewServer returns an http.Server for addr with the slow-client timeouts
-// (ReadHeaderTimeout, ...) and MaxHeaderBytes set; serve it on a
-// LimitListener to cap the connections too. When h is a *Handler, the
-// server's Shutdown calls its CloseStreams, so that Shutdown returns once
-// the streams and long-polls have had their last answer instead of at its
-// deadline.
+// NewServer returns a server (an http.Server) for addr with the
+// slow-client timeouts (ReadHeaderTimeout, ...) and MaxHeaderBytes set;
+// serve it on a LimitListener to cap the connections too. When h is a
+// *Handler, the server's Shutdown calls its CloseStreams and waits for the
+// streams on connections of their own (Server), so that Shutdown returns
+// once the streams and long-polls have had their last answer instead of at
+// its deadline.
 func NewServer(addr string, h http.Handler) *Server {
 	srv := &http.Server{
 		Addr:              addr,
