@@ -36,6 +36,43 @@ func (s *stream) ended(t *testing.T) []string {
 	return rest
 }
 
+// lastState is the last leader event's state among a stream's lines.
+func (s *stream) lastState(lines []string) LeaderResponse {
+	s.t.Helper()
+	var last LeaderResponse
+	for _, l := range lines {
+		if data, ok := strings.CutPrefix(l, "data: "); ok {
+			if err := json.Unmarshal([]byte(data), &last); err != nil {
+				s.t.Fatal(err)
+			}
+		}
+	}
+	return last
+}
+
+// serveReal serves h with NewServer's server on a real listener (through
+// wrap, if not nil) until the test ends; it returns the server and its
+// address.
+func serveReal(t *testing.T, h http.Handler, wrap func(net.Listener) net.Listener) (*Server, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer("", h)
+	var l net.Listener = ln
+	if wrap != nil {
+		l = wrap(ln)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(l)
+	}()
+	t.Cleanup(func() { _ = srv.Close(); <-served })
+	return srv, ln.Addr().String()
+}
+
 // TestShutdownEndsWatchStreamsAndLongPolls: Shutdown of NewServer's server
 // ends every /watch stream (after its latest state) and answers every waiting
 // long-poll with the state as it is, so it returns once they are done rather
@@ -43,20 +80,10 @@ func (s *stream) ended(t *testing.T) []string {
 func TestShutdownEndsWatchStreamsAndLongPolls(t *testing.T) {
 	el := &fakeElector{status: following, alive: true}
 	h := NewHandler(el, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer("", h)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(LimitListener(ln, 0))
-	}()
-	defer func() { _ = srv.Close(); <-served }()
+	srv, addr := serveReal(t, h, func(ln net.Listener) net.Listener { return LimitListener(ln, 0) })
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	url := "http://" + ln.Addr().String()
+	url := "http://" + addr
 	s := openWatch(t, client, url, nil)
 	s.nextLeader()
 	el.set(nobody) // el.Run's last publish
@@ -86,20 +113,10 @@ func TestShutdownEndsWatchStreamsAndLongPolls(t *testing.T) {
 func TestShutdownSendsAStreamTheChangeItHasNotSentYet(t *testing.T) {
 	el := &fakeElector{status: leading, alive: true}
 	h := NewHandler(el, nil)
-	srv := NewServer("", h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(ln)
-	}()
-	defer func() { _ = srv.Close(); <-served }()
+	srv, addr := serveReal(t, h, nil)
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	s := openWatch(t, client, "http://"+ln.Addr().String(), nil)
+	s := openWatch(t, client, "http://"+addr, nil)
 	if _, r := s.nextLeader(); !r.IsLeader {
 		t.Fatalf("first event %+v, want isLeader:true", r)
 	}
@@ -111,15 +128,7 @@ func TestShutdownSendsAStreamTheChangeItHasNotSentYet(t *testing.T) {
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var last LeaderResponse
-	for _, l := range s.ended(t) {
-		if strings.HasPrefix(l, "data: ") {
-			if err := json.Unmarshal([]byte(l[6:]), &last); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if last.IsLeader || last.Holder != "" {
+	if last := s.lastState(s.ended(t)); last.IsLeader || last.Holder != "" {
 		t.Errorf("the stream's last state before it ended was %+v, want the latest (nobody leads)", last)
 	}
 }
@@ -157,21 +166,11 @@ func (c gatedConn) Write(b []byte) (int, error) {
 func TestShutdownWaitsForAStreamStillWritingItsLastState(t *testing.T) {
 	el := &fakeElector{status: leading, alive: true}
 	h := NewHandler(el, nil)
-	srv := NewServer("", h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var gate sync.RWMutex
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(gatedListener{Listener: ln, gate: &gate})
-	}()
-	defer func() { _ = srv.Close(); <-served }()
+	srv, addr := serveReal(t, h, func(ln net.Listener) net.Listener { return gatedListener{Listener: ln, gate: &gate} })
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	s := openWatch(t, client, "http://"+ln.Addr().String(), nil)
+	s := openWatch(t, client, "http://"+addr, nil)
 	s.nextLeader()
 
 	gate.Lock() // the server's writes wait from here on
@@ -190,15 +189,7 @@ func TestShutdownWaitsForAStreamStillWritingItsLastState(t *testing.T) {
 	if n := h.waiters.Load(); n != 0 {
 		t.Errorf("%d stream(s) still running after Shutdown returned", n)
 	}
-	var last LeaderResponse
-	for _, l := range s.ended(t) {
-		if strings.HasPrefix(l, "data: ") {
-			if err := json.Unmarshal([]byte(l[6:]), &last); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if last.IsLeader {
+	if last := s.lastState(s.ended(t)); last.IsLeader {
 		t.Errorf("the stream's last state was %+v, want the latest (nobody leads)", last)
 	}
 }

@@ -49,18 +49,8 @@ func TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast(t *testin
 	el := &fakeElector{status: following, alive: true}
 	var written atomic.Int64
 	h := NewHandler(el, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer("", h)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(eventCounter{Listener: ln, events: &written})
-	}()
-	defer func() { _ = srv.Close(); <-served }()
-	conn, err := net.Dial("tcp", ln.Addr().String())
+	_, addr := serveReal(t, h, func(ln net.Listener) net.Listener { return eventCounter{Listener: ln, events: &written} })
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
