@@ -60,7 +60,7 @@ func serveReal(t *testing.T, h http.Handler, wrap func(net.Listener) net.Listene
 		t.Fatal(err)
 	}
 	srv := NewServer("", h)
-	var l net.Listener = ln
+	l := ln
 	if wrap != nil {
 		l = wrap(ln)
 	}
