@@ -1,6 +1,7 @@
 package localapi
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -89,35 +90,21 @@ func hijackStream(w http.ResponseWriter, r *http.Request, timeout time.Duration)
 	if r.ProtoMajor != 1 || r.ProtoMinor < 1 {
 		return nil
 	}
-	hdr := w.Header()
-	hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	hdr.Set("Transfer-Encoding", "chunked")
-	hdr.Set("Connection", "close")
 	// Anything the client sent after the request (net/http may have read
 	// ahead into the returned reader) is not for this stream: it is dropped,
 	// and watchClient discards what follows.
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		hdr.Del("Date")
-		hdr.Del("Transfer-Encoding")
-		hdr.Del("Connection")
 		return nil
 	}
-	head := append(make([]byte, 0, 256), "HTTP/1.1 200 OK\r\n"...)
-	b := bufferWriter{&head}
-	_ = hdr.Write(b)
-	head = append(head, "\r\n"...)
-	s := &connStream{conn: conn, head: head, done: make(chan struct{}), timeout: timeout}
+	var head bytes.Buffer
+	head.WriteString("HTTP/1.1 200 OK\r\n")
+	_ = w.Header().Write(&head)
+	head.WriteString("Date: " + time.Now().UTC().Format(http.TimeFormat) + "\r\n" +
+		"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+	s := &connStream{conn: conn, head: head.Bytes(), done: make(chan struct{}), timeout: timeout}
 	go s.watchClient()
 	return s
-}
-
-// bufferWriter appends to a byte slice (an io.Writer for http.Header.Write).
-type bufferWriter struct{ b *[]byte }
-
-func (w bufferWriter) Write(p []byte) (int, error) {
-	*w.b = append(*w.b, p...)
-	return len(p), nil
 }
 
 // watchClient reads the connection until the client closes it or the
