@@ -73,6 +73,28 @@ func serveReal(t *testing.T, h http.Handler, wrap func(net.Listener) net.Listene
 	return srv, ln.Addr().String()
 }
 
+// writeHook is a listener whose connections make every write through
+// write, which writes b to c.
+type writeHook struct {
+	net.Listener
+	write func(c net.Conn, b []byte) (int, error)
+}
+
+func (l writeHook) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return hookedConn{Conn: c, write: l.write}, nil
+}
+
+type hookedConn struct {
+	net.Conn
+	write func(c net.Conn, b []byte) (int, error)
+}
+
+func (c hookedConn) Write(b []byte) (int, error) { return c.write(c.Conn, b) }
+
 // TestShutdownEndsWatchStreamsAndLongPolls: Shutdown of NewServer's server
 // ends every /watch stream (after its latest state) and answers every waiting
 // long-poll with the state as it is, so it returns once they are done rather
@@ -133,31 +155,6 @@ func TestShutdownSendsAStreamTheChangeItHasNotSentYet(t *testing.T) {
 	}
 }
 
-// gatedListener's connections hold every write while gate is locked.
-type gatedListener struct {
-	net.Listener
-	gate *sync.RWMutex
-}
-
-func (l gatedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return gatedConn{Conn: c, gate: l.gate}, nil
-}
-
-type gatedConn struct {
-	net.Conn
-	gate *sync.RWMutex
-}
-
-func (c gatedConn) Write(b []byte) (int, error) {
-	c.gate.RLock()
-	defer c.gate.RUnlock()
-	return c.Conn.Write(b)
-}
-
 // TestShutdownWaitsForAStreamStillWritingItsLastState: a /watch stream runs
 // on its connection after its handler returned (stream.go), where
 // http.Server's Shutdown does not see it; NewServer's Shutdown still returns
@@ -166,8 +163,14 @@ func (c gatedConn) Write(b []byte) (int, error) {
 func TestShutdownWaitsForAStreamStillWritingItsLastState(t *testing.T) {
 	el := &fakeElector{status: leading, alive: true}
 	h := NewHandler(el, nil)
-	var gate sync.RWMutex
-	srv, addr := serveReal(t, h, func(ln net.Listener) net.Listener { return gatedListener{Listener: ln, gate: &gate} })
+	var gate sync.RWMutex // the server's writes wait while it is locked
+	srv, addr := serveReal(t, h, func(ln net.Listener) net.Listener {
+		return writeHook{Listener: ln, write: func(c net.Conn, b []byte) (int, error) {
+			gate.RLock()
+			defer gate.RUnlock()
+			return c.Write(b)
+		}}
+	})
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	s := openWatch(t, client, "http://"+addr, nil)

@@ -3,40 +3,11 @@ package localapi
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// eventCounter is a listener whose connections count the leader events
-// the server writes to them (whether a stream writes through net/http or
-// on the connection it took over).
-type eventCounter struct {
-	net.Listener
-	events *atomic.Int64
-}
-
-func (l eventCounter) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return countingConn{Conn: c, events: l.events}, nil
-}
-
-type countingConn struct {
-	net.Conn
-	events *atomic.Int64
-}
-
-func (c countingConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	c.events.Add(int64(bytes.Count(b[:n], []byte("event: leader"))))
-	return n, err
-}
 
 // TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast: what
 // push.go and the README say a slow reader gets. A reader that stops
@@ -49,7 +20,14 @@ func TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast(t *testin
 	el := &fakeElector{status: following, alive: true}
 	var written atomic.Int64
 	h := NewHandler(el, nil)
-	_, addr := serveReal(t, h, func(ln net.Listener) net.Listener { return eventCounter{Listener: ln, events: &written} })
+	// The server's connections count the leader events written to them.
+	_, addr := serveReal(t, h, func(ln net.Listener) net.Listener {
+		return writeHook{Listener: ln, write: func(c net.Conn, b []byte) (int, error) {
+			n, err := c.Write(b)
+			written.Add(int64(bytes.Count(b[:n], []byte("event: leader"))))
+			return n, err
+		}}
+	})
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -60,19 +38,7 @@ func TestWatchReaderThatPausesFindsTheQueuedEventsInOrderTheLatestLast(t *testin
 	readData := func() LeaderResponse {
 		t.Helper()
 		_ = conn.SetReadDeadline(time.Now().Add(waitFor))
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				t.Fatalf("reading the stream: %v", err)
-			}
-			if data, ok := strings.CutPrefix(line, "data: "); ok {
-				var r LeaderResponse
-				if err := json.Unmarshal([]byte(data), &r); err != nil {
-					t.Fatal(err)
-				}
-				return r
-			}
-		}
+		return nextData(t, br)
 	}
 	readData() // the current state
 	const n = 20

@@ -11,6 +11,25 @@ import (
 	"time"
 )
 
+// nextData reads a raw /watch body up to its next data line and returns
+// that state.
+func nextData(t *testing.T, br *bufio.Reader) LeaderResponse {
+	t.Helper()
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the stream: %v", err)
+		}
+		if data, ok := strings.CutPrefix(line, "data: "); ok {
+			var r LeaderResponse
+			if err := json.Unmarshal([]byte(data), &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+}
+
 // TestWatchOverHTTP11RunsOnItsOwnConnection: over HTTP/1.1 a /watch stream
 // takes its connection over from net/http (what lets it go without
 // net/http's per-connection goroutine and buffers; the bench measures the
@@ -63,22 +82,8 @@ func TestWatchOverHTTP11RunsOnItsOwnConnection(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.ProtoMinor != 0 || len(resp.TransferEncoding) != 0 {
 		t.Errorf("HTTP/1.0 stream: %s, Transfer-Encoding %v; want 200 in HTTP/1.0 without chunks", resp.Status, resp.TransferEncoding)
 	}
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the HTTP/1.0 stream: %v", err)
-		}
-		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			var r LeaderResponse
-			if err := json.Unmarshal([]byte(data), &r); err != nil {
-				t.Fatal(err)
-			}
-			if !r.IsLeader || r.Token != leading.Token {
-				t.Errorf("HTTP/1.0 stream's first event %+v, want the leader with token %d", r, leading.Token)
-			}
-			break
-		}
+	if r := nextData(t, bufio.NewReader(resp.Body)); !r.IsLeader || r.Token != leading.Token {
+		t.Errorf("HTTP/1.0 stream's first event %+v, want the leader with token %d", r, leading.Token)
 	}
 	mu.Lock()
 	n = hijacked
