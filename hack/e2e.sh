@@ -200,9 +200,20 @@ log "running test/e2e against $KUBECONFIG with $ELECTOR_E2E_IMAGE"
 rc=0
 # Two tests at a time (each in its own namespace with its own release): one alone left a core idle.
 # -vet=off: the verify tier's golangci-lint vets test/e2e (with its build tag), see hack/test.sh.
-setsid go -C test test -tags e2e -count=1 -vet=off -v -parallel "${ELECTOR_E2E_PARALLEL:-2}" -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./e2e/... &
+# The output goes to a file as well (streamed from it), so that a failure can be repeated at the end.
+TEST_LOG="$ELECTOR_ROOT/_output/e2e/go-test.log"
+setsid go -C test test -tags e2e -count=1 -vet=off -v -parallel "${ELECTOR_E2E_PARALLEL:-2}" -timeout "${ELECTOR_E2E_TIMEOUT:-30m}" "$@" ./e2e/... >"$TEST_LOG" 2>&1 &
 test_pid=$!
+tail -n +1 -f --pid="$test_pid" "$TEST_LOG" &
+tail_pid=$!
 wait "$test_pid" || rc=$?
 test_pid=""
+wait "$tail_pid" || true
+if [[ $rc -ne 0 ]]; then
+  # A failed test's message sits among the other tests' lines and ahead of its own dump (pods, events,
+  # logs): repeat, for each failed test, what it printed last before that dump, where a log's tail shows it.
+  awk -v keep=15 -f hack/e2e-failures.awk "$TEST_LOG"
+  log "the whole output: $TEST_LOG"
+fi
 phase "tests (exit $rc)"
 exit "$rc"
