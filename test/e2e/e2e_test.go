@@ -444,10 +444,24 @@ func TestStaleTokenWriteRejected(t *testing.T) {
 		t.Errorf("demo store after the rejected write: token %d value %q err %v", got, val, err)
 	}
 
-	// The new leader's demo app logs accepted writes with its token.
-	if out, err := r.logs(ctx, newLeader, appName, false); err != nil || !strings.Contains(out, fmt.Sprintf("result=accepted token=%d ", t2)) {
-		t.Errorf("new leader's %s log has no accepted write with token %d (err %v):\n%s", appName, t2, err, tail(out, 10))
+	// The new leader's demo app logs accepted writes with its token. It logs
+	// a write after the store has it, and the line reaches the container's
+	// log file through containerd after that: wait for it.
+	start = time.Now()
+	var out string
+	if err := framework.Eventually(ctx, 250*time.Millisecond, 30*time.Second, fmt.Sprintf("an accepted write with token %d in %s's %s log", t2, newLeader, appName), func(ctx context.Context) error {
+		var err error
+		if out, err = r.logs(ctx, newLeader, appName, false); err != nil {
+			return err
+		}
+		if !strings.Contains(out, fmt.Sprintf("result=accepted token=%d ", t2)) {
+			return fmt.Errorf("not there yet:\n%s", tail(out, 10))
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
+	timing(t, "store has the write -> the app's log line", time.Since(start))
 }
 
 // 4. The leader's sidecar frozen (SIGSTOP) past leaseDuration: another pod
