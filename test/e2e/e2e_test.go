@@ -448,10 +448,9 @@ func TestStaleTokenWriteRejected(t *testing.T) {
 	// a write after the store has it, and the line reaches the container's
 	// log file through containerd after that: wait for it.
 	start = time.Now()
-	var out string
 	if err := framework.Eventually(ctx, 250*time.Millisecond, 30*time.Second, fmt.Sprintf("an accepted write with token %d in %s's %s log", t2, newLeader, appName), func(ctx context.Context) error {
-		var err error
-		if out, err = r.logs(ctx, newLeader, appName, false); err != nil {
+		out, err := r.logs(ctx, newLeader, appName, false)
+		if err != nil {
 			return err
 		}
 		if !strings.Contains(out, fmt.Sprintf("result=accepted token=%d ", t2)) {
@@ -461,7 +460,7 @@ func TestStaleTokenWriteRejected(t *testing.T) {
 	}); err != nil {
 		t.Error(err)
 	}
-	timing(t, "store has the write -> the app's log line", time.Since(start))
+	timing(t, "log check -> the accepted write in the app's log", time.Since(start))
 }
 
 // 4. The leader's sidecar frozen (SIGSTOP) past leaseDuration: another pod
