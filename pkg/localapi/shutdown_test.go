@@ -2,7 +2,6 @@ package localapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -41,10 +40,8 @@ func (s *stream) lastState(lines []string) LeaderResponse {
 	s.t.Helper()
 	var last LeaderResponse
 	for _, l := range lines {
-		if data, ok := strings.CutPrefix(l, "data: "); ok {
-			if err := json.Unmarshal([]byte(data), &last); err != nil {
-				s.t.Fatal(err)
-			}
+		if r, ok := dataState(s.t, l); ok {
+			last = r
 		}
 	}
 	return last

@@ -11,6 +11,21 @@ import (
 	"time"
 )
 
+// dataState is the state on a raw /watch body's data line (ok false: not a
+// data line).
+func dataState(t *testing.T, line string) (LeaderResponse, bool) {
+	t.Helper()
+	data, ok := strings.CutPrefix(line, "data: ")
+	if !ok {
+		return LeaderResponse{}, false
+	}
+	var r LeaderResponse
+	if err := json.Unmarshal([]byte(data), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r, true
+}
+
 // nextData reads a raw /watch body up to its next data line and returns
 // that state.
 func nextData(t *testing.T, br *bufio.Reader) LeaderResponse {
@@ -20,11 +35,7 @@ func nextData(t *testing.T, br *bufio.Reader) LeaderResponse {
 		if err != nil {
 			t.Fatalf("reading the stream: %v", err)
 		}
-		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			var r LeaderResponse
-			if err := json.Unmarshal([]byte(data), &r); err != nil {
-				t.Fatal(err)
-			}
+		if r, ok := dataState(t, line); ok {
 			return r
 		}
 	}
